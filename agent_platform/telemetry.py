@@ -14,10 +14,11 @@ Spans: one per API request (``TracingMiddleware``), Celery task (the publish inj
 message headers, the worker continues it; a run's later pass also links to the trace that created the run,
 ``Run.traceparent``), run (``run_span``), deterministic rule (``spans_per_item``), model
 call (``agents.model_tracing``), gate call (``gate_span``, a call refused before the gate too; each attempt is a
-span event) and gated read (``gate_read_span``: ``resources/read``, ``prompts/get``). Attributes follow the
-GenAI semantic conventions (``gen_ai.*``) plus ours (``platform.*``: run id, agent, reason code). A tool's
-arguments and results never become attributes unless ``PLATFORM_TRACE_TOOL_PAYLOADS`` is on, and then only
-masked. ``mcp_request_meta()`` is what the pool sends to an MCP server in the request's ``_meta``. Only the W3C
+span event; one waiting for an approval is no error, ``platform.parked``), gated read (``gate_read_span``:
+``resources/read``, ``prompts/get``) and MCP ``tools/call`` whose ``_meta`` carries a caller's trace context
+(``mcp_call_traced``). Attributes follow the GenAI semantic conventions (``gen_ai.*``) plus ours (``platform.*``:
+run id, agent, reason code, a stable code, never a sentence). A tool's arguments and results never become
+attributes unless ``PLATFORM_TRACE_TOOL_PAYLOADS`` is on, and then only masked. ``mcp_request_meta()`` is what the pool sends to an MCP server in the request's ``_meta``. Only the W3C
 trace context crosses a boundary (``traceparent``, ``tracestate``): a caller's ``baggage`` is neither read from a
 request nor passed on to the broker or an MCP server.
 
@@ -222,9 +223,10 @@ def spans_per_item(items: Iterable[T], name: str, attributes: Callable[[T], Mapp
 
 
 def trace_id_hex() -> str | None:
-    """The current trace's id as 32 hex digits, or None outside a recorded trace."""
-    context = trace.get_current_span().get_span_context()
-    return format(context.trace_id, "032x") if context.is_valid else None
+    """The current trace's id as 32 hex digits, or None outside a recorded trace (a caller's trace continued where
+    this process does not record is not ours to name)."""
+    current = trace.get_current_span()
+    return format(current.get_span_context().trace_id, "032x") if current.is_recording() else None
 
 
 def traceparent_current() -> str:
@@ -241,7 +243,8 @@ def traceparent_current() -> str:
 
 def mcp_request_meta() -> dict[str, Any] | None:
     """The trace context for an MCP request's ``_meta`` (``traceparent``, ``tracestate`` where set), or None
-    outside a recorded span. Called on the caller's thread: the pool's event loop runs in another."""
+    where there is none. A caller's context continued where this process does not record (traces off) is passed on
+    as it came, as W3C trace context asks. Called on the caller's thread: the pool's event loop runs in another."""
     if not trace.get_current_span().get_span_context().is_valid:
         return None
     carrier: dict[str, str] = {}
@@ -370,9 +373,14 @@ def gate_attempt(*, attempt: int, ok: bool, reason: str, latency_ms: float | Non
     )
 
 
+# The reason code of a write call waiting for a person's approval (the gate's): parked, neither success nor failure.
+APPROVAL_PENDING = "approval:pending"
+
+
 def gate_outcome(*, ok: bool, reason: str | None, attempts: int, memo_hit: bool, args: Any, value: Any) -> None:
     """The outcome of the current gate call. ``args`` and ``value`` must be masked already; they are recorded only
-    where ``PLATFORM_TRACE_TOOL_PAYLOADS`` is on."""
+    where ``PLATFORM_TRACE_TOOL_PAYLOADS`` is on. A failure is an error span (status ERROR, ``error.type``); a call
+    waiting for an approval (``approval:pending``) is none: it says ``platform.parked`` instead, its status unset."""
     current = trace.get_current_span()
     current.set_attributes(
         _clean(
@@ -384,7 +392,11 @@ def gate_outcome(*, ok: bool, reason: str | None, attempts: int, memo_hit: bool,
             }
         )
     )
-    if not ok:
+    if reason == APPROVAL_PENDING:
+        # Parked, not failed: the call waits for a person (the audit counts it as neither success nor failure), so
+        # the span has no error status (an approval request was a red span, in every span error rate).
+        current.set_attribute("platform.parked", True)
+    elif not ok:
         current.set_status(Status(StatusCode.ERROR, reason or "failed"))
         current.set_attribute("error.type", reason or "failed")
     if payloads_enabled():
@@ -578,11 +590,21 @@ class _MetaGetter:
 _KNOWN_METHODS = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"})
 
 
+# The request's attribute holding its recorded span's context (``TracingMiddleware``), for the log lines Django
+# writes once the middleware chain has returned (``django.request``'s "Not Found: …"), outside the span.
+REQUEST_SPAN_CONTEXT = "platform_span_context"
+
+
 class TracingMiddleware:
     """A server span per request, continuing a caller's ``traceparent`` (never its ``baggage``). Named by the method
     alone (``GET``; ``HTTP`` for a method outside HTTP's own, which is ``_OTHER`` in ``http.request.method``) and,
     once a route matched, by the method and the route (``GET /api/v1/runs/<uuid:run_id>``): the path a client
-    asked for is the ``url.path`` attribute, never the name (a scanner's every path would be a span name)."""
+    asked for is the ``url.path`` attribute, never the name (a scanner's every path would be a span name).
+
+    A recorded span's context is kept on the request (``REQUEST_SPAN_CONTEXT``): Django logs a 4xx or 5xx response
+    (``django.request``) after the chain, outside the span, and the JSON log line names the request's trace all the
+    same. A probe's 503 (``/readyz`` not ready) is left out of ``django.request``: it was an ERROR line saying only
+    "Service Unavailable" on every probe, while the probe logs its failure with the reason itself."""
 
     def __init__(self, get_response: Callable[[Any], Any]) -> None:
         self.get_response = get_response
@@ -604,7 +626,14 @@ class TracingMiddleware:
             record_exception=False,
             set_status_on_exception=False,
         ) as current:
+            if current.is_recording():
+                setattr(request, REQUEST_SPAN_CONTEXT, current.get_span_context())
             response = self.get_response(request)
+            if response.status_code == 503:
+                from agent_platform.probe_middleware import PROBE_PATHS
+
+                if request.path_info in PROBE_PATHS:
+                    response._has_been_logged = True  # Django's own flag: log_response() writes nothing
             match = getattr(request, "resolver_match", None)
             if match is not None and match.route:
                 route = "/" + match.route.lstrip("^").rstrip("$")
@@ -614,6 +643,38 @@ class TracingMiddleware:
             if response.status_code >= 500:
                 current.set_status(Status(StatusCode.ERROR))
             return response
+
+
+# ---- MCP: the trace context in a request's ``_meta`` ---------------------------------------------------------
+
+
+@contextmanager
+def mcp_call_traced(meta: Mapping[str, Any], request_meta: Mapping[str, Any]) -> Iterator[None]:
+    """Around the run an MCP ``tools/call`` makes: the trace context its ``params._meta`` carries (``traceparent``,
+    ``tracestate``: MCP's place for it, and the only one the platform's own MCP client fills) continued by a server
+    span, ``tools/call``, current inside the block, so that the run (``Run.traceparent``) and its task join the
+    caller's trace; the span links to the request's own (``TracingMiddleware``'s, a trace of its own). Read as a
+    header is: a malformed ``traceparent`` is ignored, and so is ``_meta``'s where the request's header gave one
+    (the request's span continues that already). Nothing to continue: the block runs as it would."""
+    carrier = {key: meta[key] for key in ("traceparent", "tracestate") if isinstance(meta.get(key), str)}
+    parent = _W3C.extract(carrier)
+    headed = _W3C.extract(request_meta, getter=_MetaGetter())  # type: ignore[arg-type]
+    if not trace.get_current_span(parent).get_span_context().is_valid or (
+        trace.get_current_span(headed).get_span_context().is_valid
+    ):
+        yield
+        return
+    request_span = trace.get_current_span().get_span_context()
+    with tracer().start_as_current_span(
+        "tools/call",
+        context=parent,
+        kind=SpanKind.SERVER,
+        links=[Link(request_span)] if request_span.is_valid else [],
+        attributes={"mcp.method.name": "tools/call"},
+        record_exception=False,
+        set_status_on_exception=False,
+    ):
+        yield
 
 
 # ---- logs -----------------------------------------------------------------------------------------------------
@@ -649,22 +710,50 @@ def server_log_handlers_adopted(log_format: str) -> None:
                 handler.setFormatter(DefaultFormatter("%(levelprefix)s %(message)s", use_colors=colours))
 
 
+def _logged_span_context(record: logging.LogRecord) -> trace.SpanContext | None:
+    """The span a log line belongs to: the current one where this process records it (never a caller's trace
+    continued in a span this process does not record: traces off, its ids are not ours), else the span of the
+    request the record names (``REQUEST_SPAN_CONTEXT``: Django's own lines, logged after the middleware chain)."""
+    current = trace.get_current_span()
+    if current.is_recording():
+        return current.get_span_context()
+    kept = getattr(getattr(record, "request", None), REQUEST_SPAN_CONTEXT, None)
+    return kept if isinstance(kept, trace.SpanContext) else None
+
+
+def _django_response_text(message: str) -> str:
+    """A message Django's ``log_response`` wrote, its arguments (the request's path) escaped to ASCII with
+    ``unicode_escape``: Korean as written again (``Not Found: /api/v1/좌표``, not ``\\uc88c\\ud45c``), while any
+    character that is not printable (a control character, a line separator) stays escaped as Django wrote it. The
+    JSON line needs no more against log injection; a message Django did not escape (not ASCII) is left as it is."""
+    try:
+        text = message.encode("ascii").decode("unicode_escape")
+    except UnicodeError:
+        return message
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 class JsonLogFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and the run id and trace id where known
-    (``LOG_FORMAT=json``). The handler's masking filter has already masked the record."""
+    (``LOG_FORMAT=json``). The handler's masking filter has already masked the record. Django's lines about a
+    response (``django.request``: ``Not Found: …``) carry the request's trace and say its path as written
+    (``_django_response_text``)."""
 
     def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.name.startswith("django.") and hasattr(record, "status_code") and hasattr(record, "request"):
+            message = _django_response_text(message)  # log_response()'s and log_message()'s records
         entry: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": message,
         }
         run_id = getattr(record, "run_id", None) or current_run_id.get()
         if run_id:
             entry["run_id"] = str(run_id)
-        context = trace.get_current_span().get_span_context()
-        if context.is_valid:
+        context = _logged_span_context(record)
+        if context is not None and context.is_valid:
             entry["trace_id"] = format(context.trace_id, "032x")
             entry["span_id"] = format(context.span_id, "016x")
         if record.exc_info and not record.exc_text:

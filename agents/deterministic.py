@@ -67,6 +67,9 @@ class RuleDecision:
     params: dict[str, Any] | None = None
     match: dict[str, str] = field(default_factory=dict)
     tool_name: str = ""
+    # ``reason`` as a stable code (``rule:matched``, ``rule:keyword``, ``rule:regex``…: ``match_conditions_coded``),
+    # for a trace span's ``platform.reason_code``; ``reason`` stays the sentence the run's trace records.
+    code: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -159,7 +162,26 @@ def match_conditions(
     a2a_data: list[dict[str, Any]] | None,
     available_tools: set[str],
 ) -> tuple[bool, str, dict[str, str]]:
-    """Evaluate every condition of ``when`` (all must hold). Returns (matched, reason, regex named groups). Text is
+    """Evaluate every condition of ``when`` (all must hold). Returns (matched, reason, regex named groups), as
+    ``match_conditions_coded`` finds them."""
+    matched, _code, reason, groups = match_conditions_coded(
+        when, query=query, context=context, a2a_data=a2a_data, available_tools=available_tools
+    )
+    return matched, reason, groups
+
+
+def match_conditions_coded(
+    when: dict[str, Any],
+    *,
+    query: str,
+    context: dict[str, Any],
+    a2a_data: list[dict[str, Any]] | None,
+    available_tools: set[str],
+) -> tuple[bool, str, str, dict[str, str]]:
+    """Evaluate every condition of ``when`` (all must hold). Returns (matched, code, reason, regex named groups):
+    the code names the condition that failed (``rule:keyword``, ``rule:no_keyword``, ``rule:regex``,
+    ``rule:regex_timeout``, ``rule:context``, ``rule:data``, ``rule:tool_unavailable``; ``rule:matched``), the
+    reason says it in a sentence. Text is
     compared composed (``nfc``) on both sides: a keyword typed on one keyboard meets a query typed on another;
     keywords are looked for as :func:`keyword_text` reads both sides (full-width letters, no-break spaces), and a
     regex, a context or a data value that does not meet as composed is tried width-folded (``width_folded``), so
@@ -168,19 +190,19 @@ def match_conditions(
     all_keywords = [nfc(str(k)) for k in when.get("all_keywords") or []]
     missing = [k for k in all_keywords if not _keyword_found(k, searched)]
     if missing:
-        return False, f"keyword missing: {missing[0]}", {}
+        return False, "rule:keyword", f"keyword missing: {missing[0]}", {}
     any_keywords = [nfc(str(k)) for k in when.get("any_keywords") or []]
     if any_keywords and not any(_keyword_found(k, searched) for k in any_keywords):
-        return False, "none of the keywords present", {}
+        return False, "rule:no_keyword", "none of the keywords present", {}
     groups: dict[str, str] = {}
     pattern = when.get("regex")
     if pattern:
         try:
             found = regex_search(str(pattern), query)
         except RegexTooSlow:
-            return False, f"regex gave up after {REGEX_TIMEOUT_S:g} s on this query", {}
+            return False, "rule:regex_timeout", f"regex gave up after {REGEX_TIMEOUT_S:g} s on this query", {}
         if found is None:
-            return False, "regex did not match", {}
+            return False, "rule:regex", "regex did not match", {}
         # Width-folded: "A-１００４" typed in full-width mode matches ``A-\d{4}`` and is sent as the A-1004 the tool
         # knows (it was sent as typed, and not found); so is a group found in the query as written (a pattern that
         # names a full-width character). Only the width: a "①" or "²" a group holds is sent as typed.
@@ -191,17 +213,17 @@ def match_conditions(
         found = lookup_context(context, nfc(str(key)))
         value = nfc_value(None if found is _MISSING else found)  # absent reads as null, as it always has
         if not _condition_text_matches(value, nfc_value(expected)):
-            return False, f"context.{key} is not {expected!r}", groups
+            return False, "rule:context", f"context.{key} is not {expected!r}", groups
     for path, expected in (when.get("data") or {}).items():
         value = lookup_data(a2a_data, nfc(str(path)))
         if value is _MISSING:
-            return False, f"data.{path} absent", groups
+            return False, "rule:data", f"data.{path} absent", groups
         if expected != "*" and not _condition_text_matches(nfc_value(value), nfc_value(expected)):
-            return False, f"data.{path} is not {expected!r}", groups
+            return False, "rule:data", f"data.{path} is not {expected!r}", groups
     tool = when.get("tool_available")
     if tool and tool not in available_tools:
-        return False, f"tool {tool} not available", groups
-    return True, "matched", groups
+        return False, "rule:tool_unavailable", f"tool {tool} not available", groups
+    return True, "rule:matched", "matched", groups
 
 
 def _condition_text_matches(found: Any, expected: Any) -> bool:
@@ -338,16 +360,16 @@ def decide(
     available_tools: set[str],
 ) -> RuleDecision:
     """Evaluate one admin rule against a query: matched with rendered params, or skipped with a reason."""
-    matched, reason, groups = match_conditions(
+    matched, code, reason, groups = match_conditions_coded(
         rule.when, query=query, context=context, a2a_data=a2a_data, available_tools=available_tools
     )
     if not matched:
-        return RuleDecision(rule.rule_id, rule.name, False, reason)
+        return RuleDecision(rule.rule_id, rule.name, False, reason, code=code)
     try:
         params = render_params(rule.params, query=query, context=context, a2a_data=a2a_data, match=groups)
     except ParamsRenderError as exc:
-        return RuleDecision(rule.rule_id, rule.name, False, str(exc), match=groups)
-    return RuleDecision(rule.rule_id, rule.name, True, "matched", params=params, match=groups)
+        return RuleDecision(rule.rule_id, rule.name, False, str(exc), match=groups, code="rule:params")
+    return RuleDecision(rule.rule_id, rule.name, True, "matched", params=params, match=groups, code=code)
 
 
 def render_answer(template: str, *, query: str, match: dict[str, str], params: dict[str, Any], value: Any) -> str:

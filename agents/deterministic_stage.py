@@ -240,7 +240,14 @@ def _stage_rules(
         assert decision is not None
         step.params_shown = params_masked(decision.params, secrets=secrets)
         record = {**decision.as_dict(), "params": step.params_shown, "mcp_id": step.mcp_id, "tool": step.tool}
-        telemetry.set_attributes({"platform.rule.matched": decision.matched, "platform.reason_code": decision.reason})
+        # A stable code (``rule:keyword``, ``rule:regex``…), as everywhere else; the sentence beside it.
+        telemetry.set_attributes(
+            {
+                "platform.rule.matched": decision.matched,
+                "platform.reason_code": decision.code or ("rule:matched" if decision.matched else "rule:skipped"),
+                "platform.rule.reason": decision.reason,
+            }
+        )
         stage.trace.append({"type": "rule", **record})
         audit = None
         if audit_source:
@@ -522,7 +529,7 @@ def _decide(
             % {"tools": ", ".join(dict.fromkeys(not_called))},
         )
     if returned is None:
-        step.decision = RuleDecision(rule.rule_id, rule.name, False, "returned None")
+        step.decision = RuleDecision(rule.rule_id, rule.name, False, "returned None", code="rule:returned_none")
         return step
     if not isinstance(returned, dict) or not isinstance(returned.get("tool_name"), str):
         step.failure = _rule_error(
@@ -548,14 +555,18 @@ def _decide(
         step.failure = _rule_error(f"{rule.name} returned params that are not JSON (an argument's name is not text)")
         return step
     step.tool = returned["tool_name"]
-    step.decision = RuleDecision(rule.rule_id, rule.name, True, "matched", params=params, tool_name=step.tool)
+    step.decision = RuleDecision(
+        rule.rule_id, rule.name, True, "matched", params=params, tool_name=step.tool, code="rule:matched"
+    )
     return step
 
 
 def _not_decidable(step: RuleStep, note: str) -> RuleStep:
     """A dry run's step for a code rule that read a stand-in for its own tool's answer (``ctx.mcp_tools``): what it
     does with the real one only a run (or a trial through the gate) can say."""
-    step.decision = RuleDecision(step.rule.rule_id, step.rule.name, False, NOT_DECIDABLE_IN_DRY_RUN)
+    step.decision = RuleDecision(
+        step.rule.rule_id, step.rule.name, False, NOT_DECIDABLE_IN_DRY_RUN, code="rule:not_decidable"
+    )
     step.notes.append(note)
     return step
 

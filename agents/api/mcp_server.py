@@ -49,6 +49,7 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 from rest_framework.fields import DateTimeField
 
+import agent_platform.telemetry as telemetry
 from agent_platform.errors import ApplicationError
 from agents.api.a2a_server import description_secrets, prompt_summary, run_stopped
 from agents.api.config import api_setting
@@ -586,10 +587,12 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         tool_call_run_cancel(api_key=api_key, run_id=run.pk, why="client gone")
 
     try:
-        run = await _made_even_if_left(
-            sync_to_async(tool_call_start)(api_key=api_key, params=params, session_id=session_id, rpc_id=rpc_id),
-            abandon,
-        )
+        # A caller's trace context in ``_meta`` (where no header gave one): the run and its task join its trace.
+        with telemetry.mcp_call_traced(meta, request.META):
+            run = await _made_even_if_left(
+                sync_to_async(tool_call_start)(api_key=api_key, params=params, session_id=session_id, rpc_id=rpc_id),
+                abandon,
+            )
     except BaseException as exc:
         await asyncio.shield(sync_to_async(stream_slot_release)(slot))
         if isinstance(exc, McpError):
