@@ -330,10 +330,13 @@ def _worker_heartbeat() -> None:
     """This worker's heartbeat while its consumer is connected and consuming; none while it is not (the broker is
     away: the consumer retries), so that the probes stop counting it within one heartbeat, not only once the row
     ages out."""
-    from agents.heartbeats import worker_heartbeat_forget, worker_heartbeat_record
+    from agents.heartbeats import this_broker, worker_heartbeat_forget, worker_heartbeat_record
 
     if _consuming.is_set():
-        worker_heartbeat_record(worker=_worker_name())
+        # What it consumes (``-Q``, and queues added since by ``add_consumer``) and from which broker: /readyz wants a
+        # worker that takes live runs from the web's own broker, not any worker.
+        queues = list(app.amqp.queues.consume_from.copy())
+        worker_heartbeat_record(worker=_worker_name(), queues=queues, broker=this_broker())
     else:
         worker_heartbeat_forget(worker=_worker_name())
 

@@ -96,15 +96,35 @@ def _check_broker() -> None:
 
 
 def _check_worker() -> None:
-    from agents.heartbeats import worker_last_seen
+    """A worker able to take live runs wrote its heartbeat within ``PLATFORM_READY_WORKER_MAX_AGE_S``: one that
+    consumes their queue (a worker of the shadow queue only would leave them queued) on this process's own broker
+    (one on another Redis database never sees them). Says which of the two the workers seen lack."""
+    from agents.heartbeats import live_run_queue, this_broker, worker_last_seen, workers_seen
 
-    seen = worker_last_seen()
     max_age_s = float(settings.PLATFORM_READY_WORKER_MAX_AGE_S)
-    if seen is None:
-        raise LookupError("no worker is running (none has a heartbeat)")
-    age_s = (timezone.now() - seen).total_seconds()
-    if age_s > max_age_s:
-        raise LookupError(f"the last worker answered {age_s:.0f} s ago (more than {max_age_s:.0f} s)")
+    queue = live_run_queue()
+    seen = workers_seen(since=timezone.now() - timedelta(seconds=max_age_s), queue=queue, broker=this_broker())
+    if seen.able:
+        return
+    if not seen.recent:
+        # Not "no worker is running": a worker cut off from its broker removes its row, one cut off from the
+        # database cannot write it, and both may be running and heal by themselves.
+        problem = (
+            f"no worker has written a heartbeat within {max_age_s:.0f} s (a worker cut off from its broker or "
+            "database stops writing one)"
+        )
+        last = worker_last_seen()
+        if last is not None:
+            problem += f"; the last one was written {(timezone.now() - last).total_seconds():.0f} s ago"
+        raise LookupError(problem)
+    workers = "1 worker has" if seen.recent == 1 else f"{seen.recent} workers have"
+    if not seen.on_queue:
+        lacking = f"none consumes the queue {queue!r}"
+    elif not seen.on_broker:
+        lacking = "none on this broker"
+    else:
+        lacking = f"none consumes the queue {queue!r} on this broker"
+    raise LookupError(f"{workers} a recent heartbeat, {lacking}")
 
 
 def _check_keys() -> None:
@@ -119,11 +139,18 @@ def _check_keys() -> None:
 
 
 def _check_audit_record() -> None:
-    """The audit record is append-only in the database (``audit.E004``): on SQLite, a ``migrate`` interrupted or
-    failed leaves its tables without their triggers, open to raw UPDATE and DELETE, while every request succeeds.
-    Names the triggers missing and what puts them back."""
+    """The audit tables exist (a database never migrated has none: no audited write can succeed) and the record is
+    append-only in the database (``audit.E004``): on SQLite, a ``migrate`` interrupted or failed leaves its tables
+    without their triggers, open to raw UPDATE and DELETE, while every request succeeds. Names the tables or
+    triggers missing and what puts them back."""
+    from django.apps import apps
+
     from audit.checks import sqlite_triggers_missing
 
+    tables = {model._meta.db_table for model in apps.get_app_config("audit").get_models() if model._meta.managed}
+    absent = sorted(tables - set(connection.introspection.table_names()))
+    if absent:
+        raise LookupError(f"the audit tables are missing ({', '.join(absent)}): run manage.py migrate")
     missing = sqlite_triggers_missing(connection.alias)
     if missing:
         raise LookupError(
@@ -139,6 +166,8 @@ UNREACHABLE = "host unreachable"
 TIMED_OUT = "timed out"
 CREDENTIALS_REFUSED = "authentication failed"
 NO_DATABASE = "database does not exist"
+# A table or column the code reads is not there: the database was never migrated, or not since an upgrade.
+NOT_MIGRATED = "database not migrated: run manage.py migrate"
 _REASON_PATTERNS = tuple(
     (reason, re.compile(pattern))
     for reason, pattern in (
@@ -148,6 +177,10 @@ _REASON_PATTERNS = tuple(
             r'|invalid username-password pair|role "[^"]*" does not exist',
         ),
         (NO_DATABASE, r'database "[^"]*" does not exist'),
+        (
+            NOT_MIGRATED,
+            r'no such table|no such column|relation "[^"]*" does not exist|column \S+ (of relation \S+ )?does not exist',
+        ),
         (REFUSED, r"connection refused"),
         (
             HOST_UNKNOWN,
@@ -179,14 +212,17 @@ def _typed_reason(exc: BaseException) -> str | None:
         return TIMED_OUT  # the socket's, redis-py's, psycopg's
     if isinstance(exc, OSError) and exc.errno in {errno.EHOSTUNREACH, errno.ENETUNREACH}:
         return UNREACHABLE
-    if type(exc).__name__ == "AuthenticationError" or str(getattr(exc, "sqlstate", "") or "").startswith("28"):
+    sqlstate = str(getattr(exc, "sqlstate", "") or "")
+    if type(exc).__name__ == "AuthenticationError" or sqlstate.startswith("28"):
         return CREDENTIALS_REFUSED  # redis-py's; PostgreSQL's class 28, invalid authorization
+    if sqlstate in {"42P01", "42703"}:
+        return NOT_MIGRATED  # PostgreSQL's undefined table, undefined column
     return None
 
 
 def failure_reason(exc: BaseException) -> str:
     """A failed check's reason in a few fixed words (``REFUSED``, ``HOST_UNKNOWN``, ``UNREACHABLE``, ``TIMED_OUT``,
-    ``CREDENTIALS_REFUSED``, ``NO_DATABASE``), else the exception's class name: never the error's own text, which may
+    ``CREDENTIALS_REFUSED``, ``NO_DATABASE``, ``NOT_MIGRATED``), else the exception's class name: never the error's own text, which may
     quote a URL and its password."""
     causes = _causes(exc)
     for cause in causes:
@@ -215,8 +251,8 @@ def _masked_causes(exc: BaseException) -> str:
 
 @require_safe
 def readyz(request: HttpRequest) -> JsonResponse:
-    """Readiness: the database answers, the broker accepts a connection, a worker wrote its heartbeat within
-    ``PLATFORM_READY_WORKER_MAX_AGE_S``, the keys can be used, and the audit record is append-only (its triggers). 200 when all hold, else 503; the body names each
+    """Readiness: the database answers, the broker accepts a connection, a worker able to take live runs
+    (``_check_worker``) wrote its heartbeat within ``PLATFORM_READY_WORKER_MAX_AGE_S``, the keys can be used, and the audit record is append-only (its triggers). 200 when all hold, else 503; the body names each
     check. A failure is named by its reason in a few fixed words (``failure_reason``: a broker's error may quote its
     URL and password) and logged at WARNING with its errors' text, masked. Answered whatever the request's Host
     (``probe_middleware``)."""
@@ -237,6 +273,9 @@ def readyz(request: HttpRequest) -> JsonResponse:
             check()
             checks[name] = {"ok": True}
         except LookupError as exc:
+            # Said by the check in words with no secret in them (Django's own line for the 503 is not written:
+            # ``agent_platform.telemetry``): the log says why, as the answer does.
+            logger.warning("readyz: the %s check failed: %s", name, exc)
             checks[name] = {"ok": False, "error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - a failed check is the answer, never a 500
             reason = failure_reason(exc)
@@ -276,8 +315,10 @@ def _scraper_allowed(request: HttpRequest) -> bool:
     ``PLATFORM_METRICS_ALLOWED_NETWORKS``: the client's own, never that of the proxy that forwarded it
     (``_forwarded_client_unknown``)."""
     token = str(settings.PLATFORM_METRICS_TOKEN or "")
-    sent = request.META.get("HTTP_AUTHORIZATION", "")
-    if token and sent.startswith("Bearer ") and hmac.compare_digest(sent[7:].strip().encode(), token.encode()):
+    # The scheme is case-insensitive (RFC 7235), as the API reads it: "bearer" and "BEARER" too.
+    scheme, *credentials = request.META.get("HTTP_AUTHORIZATION", "").split(None, 1) or [""]
+    sent = credentials[0].strip() if credentials else ""
+    if token and scheme.lower() == "bearer" and hmac.compare_digest(sent.encode(), token.encode()):
         return True
     if _forwarded_client_unknown(request.META):
         return False
@@ -355,7 +396,8 @@ class PlatformCollector(Collector):
     """Computes every metric from the database when collected."""
 
     def collect(self) -> Iterator[Metric]:
-        from agents.models import Approval, Run, WorkerHeartbeat
+        from agents.heartbeats import live_run_queue, this_broker, workers_seen
+        from agents.models import Approval, Run
         from audit.archive import tool_call_figures_total
         from audit.services import audit_chain_catch_up
         from auditor.chain_lag import audit_chain_lag
@@ -476,6 +518,7 @@ class PlatformCollector(Collector):
         alive_since = timezone.now() - timedelta(seconds=float(settings.PLATFORM_READY_WORKER_MAX_AGE_S))
         yield GaugeMetricFamily(
             "platform_workers_alive",
-            "Workers whose heartbeat is recent (within PLATFORM_READY_WORKER_MAX_AGE_S).",
-            value=WorkerHeartbeat.objects.filter(seen_at__gte=alive_since).count(),
+            "Workers able to take live runs (they consume their queue on this broker) whose heartbeat is recent "
+            "(within PLATFORM_READY_WORKER_MAX_AGE_S).",
+            value=workers_seen(since=alive_since, queue=live_run_queue(), broker=this_broker()).able,
         )

@@ -1429,10 +1429,16 @@ class RunEvent(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    """A Celery worker's last sign of life (its timer writes it; ``/readyz`` asks for a recent one)."""
+    """A Celery worker's last sign of life (its timer writes it; ``/readyz`` asks for a recent one of a worker that
+    takes live runs), with the queues it consumes and the broker it consumes them from. Both blank: unknown (a row
+    written before the worker wrote them)."""
 
     worker = models.CharField(_("worker"), max_length=200, primary_key=True)
     seen_at = models.DateTimeField(_("last seen"), db_index=True)
+    # The queues' names, comma-separated and sorted (``agents.heartbeats.QUEUE_SEPARATOR``).
+    queues = models.CharField(_("queues"), max_length=1000, blank=True, default="")
+    # scheme://host:port/db, never a password (``agents.heartbeats.broker_identity``).
+    broker = models.CharField(_("broker"), max_length=500, blank=True, default="")
 
     change_audit = NotConfiguration("a worker's liveness signal, written by the worker itself")
 
