@@ -1192,10 +1192,10 @@ def run_provider_is_offline(run: Run) -> bool:
 
 def run_summary(run: Run) -> list[str]:
     """What the run's summary line says besides its status: its time (in all, and in its deterministic stage, of
-    which its tool calls, its model turns and the model's tool calls: the parts never count a time twice), its
-    tokens (input, output, cache), its model calls (and those rules saved) and its cost. The offline provider's
-    turn is said to be what it is, an answer made without a model. Only what was recorded; an odd stored shape is
-    left out."""
+    which its tool calls, its model turns and the model's tool calls: the parts never count a time twice; a flow's
+    run, which runs neither the stage nor a model, in its flow, of which its tool calls), its tokens (input,
+    output, cache), its model calls (and those rules saved) and its cost. The offline provider's turn is said to be
+    what it is, an answer made without a model. Only what was recorded; an odd stored shape is left out."""
     parts: list[str] = []
     timings = _dict(run.timings)
     offline = run_provider_is_offline(run)
@@ -1213,11 +1213,14 @@ def run_summary(run: Run) -> list[str]:
             "ms": _ms(timings["model_ms"])
         }
     tools_ms = _loop_tools_ms(run, timings)
-    split = [
-        deterministic,
-        model,
-        gettext("tools %(ms)s ms") % {"ms": _ms(tools_ms)} if tools_ms is not None else "",
-    ]
+    tools = gettext("tools %(ms)s ms") % {"ms": _ms(tools_ms)} if tools_ms is not None else ""
+    split = [deterministic, model, tools]
+    if _number(timings.get("flow_ms")) is not None:
+        # A flow's run runs neither the deterministic stage nor a model: its flow's time, of which its tool calls.
+        flow = gettext("flow %(ms)s ms") % {"ms": _ms(timings["flow_ms"])}
+        if tools_ms is not None:
+            flow += " " + gettext("(its tool calls %(ms)s ms)") % {"ms": _ms(tools_ms)}
+        split = [flow]
     if any(split):
         parts.append(" · ".join(s for s in split if s))
     usage = _dict(run.token_usage)

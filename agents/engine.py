@@ -77,6 +77,7 @@ from agents.providers import (
     stored_model_params,
     supports_tool_choice,
 )
+from agents.run_state import counts_as_failed
 from agents.selectors import tool_name_conflicts
 from agents.tool_offer import ToolOffer, tool_doc
 from agents.tool_selection import (
@@ -543,9 +544,7 @@ def execute(plan: RunPlan) -> RunOutcome:
     deterministic_ms = clock.ms_since(t0)
     public_results = [{k: v for k, v in r.items() if k != "answer_template"} for r in results]
     outcome.deterministic_results = results
-    # A call the gate answered from its fallback failed all the same (a model that calls the fallback itself
-    # leaves the failed call in the count): the run is not shown clean while its tool fails.
-    outcome.tool_failures = sum(1 for r in results if not r.get("ok") or r.get("fallback_for"))
+    outcome.tool_failures = sum(1 for r in results if counts_as_failed(r))
     if failed is not None:
         failed.deterministic_results = results
         failed.tool_failures = outcome.tool_failures
@@ -1284,8 +1283,12 @@ def _execute_flow(
     A run's flow makes at most ``PLATFORM_FLOW_MAX_CALLS`` calls (each pass, when it runs again after an
     approval): a flow that loops on its calls (a memo's answer is fast) would otherwise write an audit event, a run
     event and a trace entry for each until its time limit. The call past it is not made and fails the run
-    (``flow:too_many_calls``), also when the flow catches the exception."""
-    servers = {s.mcp_id: s for s in plan.servers if s.enabled}
+    (``flow:too_many_calls``), also when the flow catches the exception.
+
+    A server the agent binds is the flow's to bind whether or not it is enabled: a call to a disabled one is the
+    gate's to refuse (``mcp:not_loaded:<id>``, audited), as one disabled while the run goes on, and the flow tells
+    it as a failed call (``ToolFailure``) rather than failing to build."""
+    servers = {s.mcp_id: s for s in plan.servers}
     call_ids = FlowCallIds()
     max_calls = int(django_settings.PLATFORM_FLOW_MAX_CALLS)
     calls_made = 0
@@ -1318,8 +1321,8 @@ def _execute_flow(
         clock.tools_ms += result.latency_ms
         plan.emit("tool_call", {"source": "flow", "call_id": call_id, **result.as_dict()})
         trace.append({"type": "flow_call", "call_id": call_id, **result.as_dict()})
-        if not result.ok and result.error != "approval:pending":
-            failures.append(call_id)  # counted into the run's tool_failures, as a ReAct run's failed calls are
+        if counts_as_failed(result.as_dict()) and result.error != "approval:pending":
+            failures.append(call_id)  # counted into the run's tool_failures, as the deterministic stage's are
         if result.error == "approval:pending" and result.approval_id:
             # A write waiting for a person: the flow stops, the run waits, and once the approval is decided the
             # flow runs again from its start (its calls numbered the same way: the approved one is found by its

@@ -130,7 +130,9 @@ class MCPHandle:
 
     async def bind_registry(self, settings: Any, *, mcp_ids: list[str], mcp_id: str | None = None) -> None:
         """Bind to the run's registry (``settings`` is the ``FlowSettings`` the engine passes to
-        ``build_graph``). ``mcp_id`` is the default server of ``call``."""
+        ``build_graph``). ``mcp_id`` is the default server of ``call``. A server the agent does not bind fails the
+        build (``CodeRuleError``); one it binds that is disabled binds, and each call to it is refused by the gate
+        (``mcp:not_loaded:<id>``, audited), returned as a ``ToolFailure`` as any failed call."""
         missing = [m for m in mcp_ids if m not in settings.bound_mcp_ids]
         if missing:
             raise CodeRuleError("; ".join(MCP_NOT_LOADED.format(mcp_id=m) for m in missing))

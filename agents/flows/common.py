@@ -31,7 +31,7 @@ NOT_NAMES = frozenset({"프로젝트", "자산", "노트북", "모니터", "인�
                        "혹시", "그럼", "그리고", "요즘", "최근", "이번", "지난", "다음", "현재", "새로", "모든",
                        "같은", "가진", "있는", "없는", "맡은", "쓰는", "입사한", "관련", "대해", "대한", "진행", "중인",
                        "담당", "관리", "문의", "올해", "작년", "내년", "신규", "회사", "가능한",
-                       "구성원", "멤버"})  # fmt: skip
+                       "구성원", "멤버", "장비", "기기", "서버", "랩탑"})  # fmt: skip
 # ``TEAM`` reads a name written together with its title ("김하늘팀장님", "박도윤팀원") as a team ("김하늘팀"), and
 # so it is read (``team_in``): "백엔드팀장", "신제품팀원" are a team's lead and members, though their words begin as
 # a family name does. Only an honorific after the title ("김하늘팀장님") makes a full name of three syllables whose
@@ -45,10 +45,18 @@ FAMILY_NAMES = frozenset(
 )
 TEAM_STEMS = frozenset({"서비스", "신사업", "차세대", "정보화", "공급망"})
 # A word before one of these is what the question is about: "오늘 김하늘 자산" asks about 김하늘, not 오늘.
-TOPIC_WORDS = frozenset({"프로젝트", "자산", "노트북", "모니터", "소속", "정보", "팀"})
+TOPIC_WORDS = frozenset(
+    {"프로젝트", "자산", "노트북", "모니터", "장비", "기기", "서버", "랩탑", "GPU", "소속", "정보", "팀"}
+)
 # Question words and their particle forms ("누가", "누구가", "무슨", "어떻게", "언제", "왜"): no name begins so.
 QUESTION_WORDS = ("몇", "누구", "누가", "어디", "어느", "어떤", "어떻", "무엇", "무슨", "뭐", "언제", "왜", "얼마")
 REQUEST_ENDINGS = ("줘", "요", "야", "까", "어", "죠")
+# The kinds of asset a question may name, each with the asset type it stands for ("랩탑" is a 노트북), found as a part
+# of a type's name ("서버" and "GPU" of "GPU 서버"), in any case ("gpu"); and the words that ask for assets of any
+# kind ("자산", "장비", "기기").
+ASSET_KINDS = {"노트북": "노트북", "랩탑": "노트북", "모니터": "모니터", "서버": "서버", "gpu": "gpu"}
+ASSET_WORDS = re.compile("|".join(("자산", "장비", "기기", *ASSET_KINDS)), re.IGNORECASE)
+ASSET_KIND = re.compile("|".join(ASSET_KINDS), re.IGNORECASE)
 
 
 def default_mcp_id() -> str:
@@ -246,3 +254,66 @@ def project_names(projects: Any) -> str | None:
         return None
     names = [str(p["name"]) for p in rows if isinstance(p, dict) and p.get("name")]
     return ", ".join(names) or None
+
+
+def asset_kinds(text: str) -> list[tuple[str, list[str]]]:
+    """The kinds of asset ``text`` asks for (``ASSET_KINDS``), each as it is written and with the types it stands
+    for: "GPU 서버" one kind (GPU and 서버), "노트북이랑 모니터" two; none where it names no kind ("자산", "장비 뭐
+    있어?")."""
+    named: list[tuple[int, int, list[str]]] = []
+    for match in ASSET_KIND.finditer(text):
+        kind = ASSET_KINDS[match.group().casefold()]
+        if named and not text[named[-1][1] : match.start()].strip():
+            named[-1] = (named[-1][0], match.end(), [*named[-1][2], kind])  # "GPU 서버": one name
+        else:
+            named.append((match.start(), match.end(), [kind]))
+    return [(text[start:end], kinds) for start, end, kinds in named]
+
+
+def _asset_items(rows: list[Any]) -> list[str]:
+    """Each asset by its type and id ("노트북(A-1003)"), one without its id by its type alone."""
+    return [
+        f"{a.get('type') or '자산'}({a['asset_id']})" if a.get("asset_id") else str(a.get("type") or "자산")
+        for a in rows
+        if isinstance(a, dict)
+    ]
+
+
+def assets_text(owned: Any) -> str:
+    """The assets part of an answer: ``{"count", "assets"}`` listed (``_asset_items``: "자산 2건: 노트북(A-1003), GPU
+    서버(A-1008)"), the server's text (no assets) as it is, "not found" for an answer that is neither."""
+    if unanswered(owned):
+        return unavailable("자산 정보를", owned)
+    if isinstance(owned, str):
+        return owned  # the server's text: no assets
+    rows = owned.get("assets") if isinstance(owned, dict) else None
+    if not isinstance(rows, list):
+        return "자산 정보를 찾지 못했습니다."
+    items = _asset_items(rows)
+    if not items:
+        return "등록된 자산이 없습니다."
+    return f"자산 {owned.get('count', len(items))}건: {', '.join(items)}"
+
+
+def owned_text(owner: str, owned: dict[str, Any], asked: str) -> str:
+    """``owner``'s assets (``owned``: ``{"count", "assets": [...]}``) as ``asked`` asks for them: every one where it
+    names no kind (``asset_kinds``: "이서준 님의 자산 2건: 노트북(A-1003), GPU 서버(A-1008)"), else those of the kinds
+    it names ("이서준 님의 GPU 서버 1건: GPU 서버(A-1008)"); where the owner has none of them, it says so plainly
+    and lists what they have ("이서준 님의 모니터 자산은 없습니다. 보유 자산 2건: …"): never a bare count, which
+    reads like a yes."""
+    every = [a for a in owned.get("assets") or [] if isinstance(a, dict)]
+    named = asset_kinds(asked)
+    if not named:
+        return f"{owner} 님의 {assets_text(owned)}" if every else f"{owner} 님의 자산은 없습니다."
+
+    def of(kinds: list[str]) -> list[dict[str, Any]]:
+        return [a for a in every if any(kind in str(a.get("type") or "").casefold() for kind in kinds)]
+
+    rows = of([kind for _name, kinds in named for kind in kinds])
+    missing = ", ".join(name for name, kinds in named if not of(kinds))
+    if not rows:
+        have = f" 보유 {assets_text(owned)}" if every else ""
+        return f"{owner} 님의 {missing} 자산은 없습니다.{have}"
+    types = ", ".join(dict.fromkeys(str(a.get("type") or "자산") for a in rows))
+    listed = f"{owner} 님의 {types} {len(rows)}건: {', '.join(_asset_items(rows))}"
+    return f"{listed}. {missing} 자산은 없습니다." if missing else listed

@@ -9,12 +9,14 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from agents.flows.common import (
+    ASSET_WORDS,
     FlowState,
     as_data,
     ask_for_a_name,
     default_mcp_id,
     glued_person,
     name_in,
+    owned_text,
     project_names,
     team_in,
     unanswered,
@@ -41,13 +43,14 @@ def asked(query: str) -> str:
 
 
 def route(state: FlowState) -> str:
-    """The branch: assets, projects, a team's members (its head count or names: "몇명", "몇 명", "누구 있어", where
-    the question names a team, a person's team ("박도윤팀장 팀원 몇 명이야?") or no one), else one employee. The
-    words are looked for outside the team and the person named: "모니터링팀 몇 명이야?" asks for members,
-    "자산관리팀 누구 있어?" too, "프로젝트관리팀 인원" as well; "클라우드모니터링팀 프로젝트" asks for projects."""
+    """The branch: assets (``ASSET_WORDS``: "자산", "장비", a kind of asset, "모니터", "GPU 서버"), projects, a
+    team's members (its head count or names: "몇명", "몇 명", "누구 있어", where the question names a team, a
+    person's team ("박도윤팀장 팀원 몇 명이야?") or no one), else one employee. The words are looked for outside the
+    team and the person named: "모니터링팀 몇 명이야?" asks for members, "자산관리팀 누구 있어?" too,
+    "프로젝트관리팀 인원" as well; "클라우드모니터링팀 프로젝트" asks for projects."""
     query = state["query"]
     team, name, rest = team_in(query), name_in(query), asked(query)
-    if any(word in rest for word in ("자산", "노트북", "모니터")):
+    if ASSET_WORDS.search(rest):
         return "assets"
     if "프로젝트" in rest:
         return "projects"
@@ -59,10 +62,11 @@ def route(state: FlowState) -> str:
 # A call that brought nothing (``unanswered``: it failed, or the tool answered its own error) is answered in a
 # sentence of its own (``unavailable``); the server's text answer (nobody of that name, no such team) is the
 # answer as it is. Assets are a person's (``get_asset`` filters by owner only: "클라우드운영팀 노트북" and a question
-# naming nobody ask for a name); projects a team's, the one named or the named person's (looked up first, as the
-# sequential template does), or, where nobody is named, every team's ("전체 프로젝트 보여줘": the tool's empty
-# filter means every team). A team written together with a title that may be a name ("박도윤팀장") is asked for
-# first, then, where there is no such team, the person of that name's (``of_team``).
+# naming nobody ask for a name), listed, those of the kind asked for where the question names one (``owned_text``);
+# projects a team's, the one named or the named person's (looked up first, as the sequential template does), or,
+# where nobody is named, every team's ("전체 프로젝트 보여줘": the tool's empty filter means every team). A team
+# written together with a title that may be a name ("박도윤팀장") is asked for first, then, where there is no such
+# team, the person of that name's (``of_team``).
 
 
 async def assets(state: FlowState) -> dict[str, Any]:
@@ -72,8 +76,8 @@ async def assets(state: FlowState) -> dict[str, Any]:
     found = as_data(await mcp.call("get_asset", params={"owner": owner}))
     if unanswered(found):
         return {"output": unavailable(f"{owner} 자산 정보를", found)}
-    if isinstance(found, dict) and "count" in found:
-        return {"output": f"{owner} 자산 {found['count']}건"}
+    if isinstance(found, dict) and "count" in found and isinstance(found.get("assets"), list):
+        return {"output": owned_text(owner, found, asked(state["query"]))}
     if isinstance(found, str):
         return {"output": found}
     return {"output": f"{owner} 자산 정보를 찾지 못했습니다."}

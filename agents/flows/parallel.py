@@ -11,6 +11,7 @@ from agents.flows.common import (
     FlowState,
     as_data,
     ask_for_a_name,
+    assets_text,
     default_mcp_id,
     name_in,
     unanswered,
@@ -31,24 +32,6 @@ async def employee(state: FlowState) -> dict[str, Any]:
 async def assets(state: FlowState) -> dict[str, Any]:
     owner = name_in(state["query"])
     return {"assets": as_data(await mcp.call("get_asset", params={"owner": owner})) if owner else None}
-
-
-def assets_text(owned: Any) -> str:
-    """The assets part of the answer: ``{"count", "assets"}`` listed (an asset without its id by its type alone),
-    the server's text (no assets) as it is, "not found" for an answer that is neither."""
-    if unanswered(owned):
-        return unavailable("자산 정보를", owned)
-    if isinstance(owned, str):
-        return owned  # the server's text: no assets
-    rows = owned.get("assets") if isinstance(owned, dict) else None
-    if not isinstance(rows, list):
-        return "자산 정보를 찾지 못했습니다."
-    items = [
-        f"{a.get('type') or '자산'}({a['asset_id']})" if a.get("asset_id") else str(a.get("type") or "자산")
-        for a in rows
-        if isinstance(a, dict)
-    ]
-    return f"자산 {owned.get('count', len(items))}건: {', '.join(items)}"
 
 
 async def join(state: FlowState) -> dict[str, Any]:

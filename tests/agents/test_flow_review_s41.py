@@ -91,7 +91,11 @@ def ran(demo_server: McpServer, graph: str, query: str) -> tuple[str, list[tuple
         ("올해 프로젝트 알려줘", "ALL", [("list_projects", {"team": ""})]),
         ("신규 프로젝트 누가 해?", "ALL", [("list_projects", {"team": ""})]),
         ("클라우드운영팀 노트북 몇 대야?", "이름을 알려 주세요. (예: 김하늘 님의 자산)", []),
-        ("나 김하늘인데 내 자산 알려줘", "김하늘 자산 2건", [("get_asset", {"owner": "김하늘"})]),
+        (
+            "나 김하늘인데 내 자산 알려줘",
+            "김하늘 님의 자산 2건: 노트북(A-1001), 모니터(A-1006)",
+            [("get_asset", {"owner": "김하늘"})],
+        ),
     ],
 )
 def test_the_conditional_template_routes_by_what_is_asked_and_calls_with_who_is_named(

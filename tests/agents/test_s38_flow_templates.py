@@ -315,8 +315,19 @@ def test_a_real_servers_error_value_is_told_as_unavailable(graph: str, query: st
             "물류플랫폼팀 인원은 2명입니다: 박도윤(백엔드), 최민준(프론트엔드).",
             [("list_team_members", {"team": "물류플랫폼팀"})],
         ),
-        ("conditional", "김하늘의 노트북", "김하늘 자산 2건", [("get_asset", {"owner": "김하늘"})]),
-        ("conditional", "김하늘 팀장님 노트북", "김하늘 자산 2건", [("get_asset", {"owner": "김하늘"})]),
+        # The assets of the kind asked for, listed (a bare "김하늘 자산 2건" read like two laptops).
+        (
+            "conditional",
+            "김하늘의 노트북",
+            "김하늘 님의 노트북 1건: 노트북(A-1001)",
+            [("get_asset", {"owner": "김하늘"})],
+        ),
+        (
+            "conditional",
+            "김하늘 팀장님 노트북",
+            "김하늘 님의 노트북 1건: 노트북(A-1001)",
+            [("get_asset", {"owner": "김하늘"})],
+        ),
         (
             "conditional",
             "박도윤은 어느 팀이야?",
