@@ -122,6 +122,9 @@ class SecretSpec(_Strict):
         given = [k for k in ("value", "from_env", "set") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(_('give exactly one of {"value": ...}, {"from_env": ...} or {"set": true}'))
+        if self.set is False:
+            # Read as {"set": true}, it kept the stored secret and the next export showed it set.
+            raise ValueError(_('{"set": false} deletes nothing: leave the name out of the map to delete its value'))
         return self
 
 
@@ -195,12 +198,17 @@ class VersionContentSpec(_Strict):
                     if part
                 )
             )
-        rule_fields = {f.name for f in dataclass_fields(EngineRuleSpec)}
+        rule_fields = sorted(f.name for f in dataclass_fields(EngineRuleSpec))
         for i, rule in enumerate(self.rules):
-            if not {"name", "mcp_id", "tool_name"} <= set(rule) or set(rule) - rule_fields:
-                raise ValueError(
-                    f"rules[{i}]: " + _("a rule has %(fields)s") % {"fields": ", ".join(sorted(rule_fields))}
-                )
+            # Each key it lacks or does not know named, as the agent's are: the valid keys alone did not say which.
+            missing, unknown = {"name", "mcp_id", "tool_name"} - set(rule), set(rule) - set(rule_fields)
+            parts = [unknown_key_problem(str(key), rule_fields) for key in sorted(unknown, key=str)]
+            if missing:
+                parts.insert(0, _("missing %(fields)s") % {"fields": ", ".join(sorted(missing))})
+                if not unknown:  # an unknown key's problem names the keys a rule has
+                    parts.insert(0, _("a rule has %(fields)s") % {"fields": ", ".join(rule_fields)})
+            if parts:
+                raise ValueError(f"rules[{i}]: " + "; ".join(parts))
         for key, contract in self.contracts.items():
             if "/" not in key:
                 raise ValueError("contracts: " + _("'%(key)s' is not 'mcp_id/tool'") % {"key": key})
@@ -494,8 +502,13 @@ def load_document(path: str | Path, *, kind: Literal["json", "yaml"] | None = No
     try:
         text = raw[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:
+        # Windows PowerShell 5.1's ``export_config > f.json`` writes UTF-16 with its byte order mark; an editor may
+        # save CP949: the byte alone did not say what to do.
+        utf16 = raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
         raise ApplicationError(
-            _("%(path)s: not UTF-8 text (byte %(position)s)") % {"path": path, "position": bom + exc.start + 1},
+            _("%(path)s: not UTF-8 text (byte %(position)s)") % {"path": path, "position": bom + exc.start + 1}
+            + ": "
+            + (_("the file is UTF-16: save it as UTF-8") if utf16 else _("save it as UTF-8")),
             code="invalid_config",
         ) from None
     kind_read = chosen or "JSON"
@@ -929,6 +942,48 @@ def _rule_updated_key(rspec: RuleSpec, changed: list[str]) -> str:
     }
 
 
+def _secret_entries_changed(key: str, before: Any, after: Any) -> list[str]:
+    """The names of a secret map's entries (``env``, ``headers``, ``model.secrets``) that an import added, changed
+    or removed, as ``key.NAME``: a report line names them, never their values."""
+    before, after = dict(before or {}), dict(after or {})
+    return [f"{key}.{name}" for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)]
+
+
+def _server_updated_key(mcp_id: str, before: dict[str, Any] | None, server: McpServer, changed: list[str]) -> str:
+    """An updated server's report line, naming the entry's keys whose values changed (as a contract's does; a
+    secret map by the names of its changed entries)."""
+    keys: list[str] = []
+    for name in changed:
+        if name in {"env", "headers"}:
+            keys += _secret_entries_changed(name, (before or {}).get(name), getattr(server, name))
+        elif name in ServerSpec.model_fields:
+            keys.append(name)
+    if not keys:  # only what the server keeps of itself changed (its health, its breaker's state)
+        return _("server %(server)s") % {"server": mcp_id}
+    return _("server %(server)s (%(fields)s)") % {"server": mcp_id, "fields": ", ".join(sorted(keys))}
+
+
+# An agent's fields by the key of its entry that sets each one, where the two differ.
+_AGENT_ENTRY_KEYS = {"model_provider": "model.provider", "model_id": "model.model_id", "model_params": "model.params"}
+
+
+def _agent_updated_key(slug: str, before: dict[str, Any], after: dict[str, Any]) -> str:
+    """An updated agent's report line, naming the entry's keys whose values changed (as its versions' do)."""
+    keys: list[str] = []
+    for name, value in after.items():
+        if before.get(name) == value:
+            continue
+        if name == "model_secrets":
+            keys += _secret_entries_changed("model.secrets", before.get(name), value)
+        elif name in _AGENT_ENTRY_KEYS:
+            keys.append(_AGENT_ENTRY_KEYS[name])
+        elif name in AgentSpec.model_fields:
+            keys.append(name)
+    if not keys:
+        return _("agent %(agent)s") % {"agent": slug}
+    return _("agent %(agent)s (%(fields)s)") % {"agent": slug, "fields": ", ".join(sorted(keys))}
+
+
 def _contract_without_entry(tool: McpTool) -> ToolContract:
     """The unsaved contract an entry's keys are set on for a tool with none stored: what the gate applies to it
     without one (``contract_of``: its arguments read off its input schema), with the risk discovery gives a tool
@@ -1044,7 +1099,13 @@ def _secret_map(
         elif name in stored:
             result[name] = stored[name]
         else:
-            problems.add(where, _("'%(name)s' is {\"set\": true} but no value is stored to keep") % {"name": name})
+            problems.add(
+                where,
+                f"{field}.{name}: "
+                + _(
+                    '{"set": true} keeps the stored value, but no value is stored: give {"value": ...} or {"from_env": ...}'
+                ),
+            )
     return result
 
 
@@ -1336,6 +1397,7 @@ def _config_import(
             before,
             where,
             problems,
+            updated_key=functools.partial(_server_updated_key, spec.mcp_id, before, server),
             name_from=None if spec.name else "mcp_id",
         )
         servers[spec.mcp_id] = server
@@ -1510,9 +1572,12 @@ def _config_import(
             _refusals_add(problems, where, _given_name_only(refused, name_from))
             continue
         after = {**_fields(agent), "servers": sorted(names)}
-        (report.created if created else report.updated if before != after else report.unchanged).append(
-            _("agent %(agent)s") % {"agent": aspec.slug}
-        )
+        if created:
+            report.created.append(_("agent %(agent)s") % {"agent": aspec.slug})
+        elif before != after:
+            report.updated.append(_agent_updated_key(aspec.slug, before or {}, after))
+        else:
+            report.unchanged.append(_("agent %(agent)s") % {"agent": aspec.slug})
         agents[aspec.slug] = agent
 
     # A rule is keyed by its agent, its name and its occurrence: the document's k-th rule of a name for an agent is

@@ -135,6 +135,12 @@ _SECRET_KEY_FRAGMENTS = re.compile(
 )
 # Whole words of the key (split on separators and camelCase) that are secret on their own.
 _SECRET_KEY_WORDS = frozenset({"pass", "pw"})
+# Words that, following one of those, make the key a measure of passing, not a password: an eval set's
+# ``pass_rate`` threshold (masked, an auditor could not see a deploy gate lowered), ``pass_count``, ``pass_fail``.
+_PASS_MEASURE_WORDS = frozenset(
+    {"rate", "rates", "count", "counts", "ratio", "threshold", "thresholds", "percent", "percentage", "pct", "fail",
+     "fails", "score", "total", "num", "number"}
+)  # fmt: skip
 # An exception's class name, perhaps with its module ("openai.AuthenticationError", "NoCredentialsError"): in a
 # traceback line "OpenAIAuthenticationError: Error code: 401" it is followed by ":" like a key, but what follows is
 # its message, not a credential. Only the CamelCase class shape: "auth_error", "X-Auth" stay secret names.
@@ -150,7 +156,8 @@ def is_secret_key(key: str) -> bool:
     api key, access key, private key, auth, authorization, cookie, session id, credential, service key,
     subscription key, functions key, ...; in Korean 비밀번호, 암호, 토큰, 시크릿, API 키, 액세스 키, 인증 키, ...).
     Counting and naming keys are not secret: ``max_tokens``, ``prompt_tokens``, ``token_count``, ``tokenizer``,
-    ``author``, ``authors``, ``토큰 수``, ``키``, nor an exception's class name (``AuthenticationError``).
+    ``author``, ``authors``, ``토큰 수``, ``키``, ``pass_rate``, ``pass_count`` (``pass`` alone, ``db_pass``,
+    ``passwd`` are), nor an exception's class name (``AuthenticationError``).
     Non-strings are never secret.
     """
     if not isinstance(key, str) or not key:
@@ -170,7 +177,10 @@ def _is_secret_key(key: str) -> bool:
     if _SECRET_KEY_FRAGMENTS.search(_KEY_SEPARATORS.sub("", key.lower())):
         return True
     words = _KEY_SEPARATORS.split(_CAMEL_BOUNDARY.sub("_", key).lower())
-    return not _SECRET_KEY_WORDS.isdisjoint(words)
+    return any(
+        word in _SECRET_KEY_WORDS and (i + 1 == len(words) or words[i + 1] not in _PASS_MEASURE_WORDS)
+        for i, word in enumerate(words)
+    )
 
 
 # --- one-time codes -----------------------------------------------------------------------------------------

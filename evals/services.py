@@ -45,7 +45,7 @@ from audit.models import AuditEvent, AuditPendingEvent
 from audit.services import audit_chain_catch_up, audit_event_record
 from evals.documents import CaseInputs, StrictDocument, pydantic_problem_list, pydantic_problems
 from evals.models import CASE_ORDER_MAX, CASE_ORDER_MIN, EvalCase, EvalCaseResult, EvalRun, EvalSet, case_snapshot
-from evals.notation import parse_expected_source
+from evals.notation import ExpectedSource, parse_expected_source
 from evals.scoring import (
     NOT_SUBMITTED,
     CaseSpec,
@@ -56,6 +56,7 @@ from evals.scoring import (
     score_case,
     summarize,
     threshold_failures,
+    tool_case_problem,
     tool_name_problems,
     written_tool_case_problem,
 )
@@ -190,6 +191,25 @@ class EvalSetDocument(StrictDocument):
     cases: list[dict[str, Any]] = Field(default_factory=list)
 
 
+# The type of a case whose ``expected_source`` is a document path and that gives none (the seed types such rows
+# ``fact`` or ``paraphrase``, by how the question is worded): a RAG case, which expects no tool.
+SOURCE_CASE_TYPE = "rag"
+
+
+def implied_case_type(expected_source: Any, source: ExpectedSource) -> str:
+    """The type the seed's notation of ``expected_source`` (read as ``source``) implies, for an entry that gives
+    none: ``null`` a ``no_answer`` case, ``"none"`` a ``no_tool`` one, a path a RAG case (``SOURCE_CASE_TYPE``),
+    one tool name a ``single_tool`` case and several a ``multi_tool`` one. Stored as ``single_tool`` with no tool
+    expected, such a case was exported so, and that export was refused where the case was not stored yet."""
+    if expected_source is None:
+        return "no_answer"
+    if source.document:
+        return SOURCE_CASE_TYPE
+    if not source.expected_tools:
+        return "no_tool"
+    return "multi_tool" if len(source.expected_tools) > 1 else "single_tool"
+
+
 def case_fields(entry: Mapping[str, Any], index: int, *, previous_order: int | None = None) -> dict[str, Any]:
     """A case's model fields from its document entry. The seed writes ``question``; ``query`` is accepted too.
     An entry with no ``order`` comes after the case before it (``previous_order``, that case's order; None: it is
@@ -198,6 +218,7 @@ def case_fields(entry: Mapping[str, Any], index: int, *, previous_order: int | N
     if "question" in raw and "query" not in raw:
         raw["query"] = raw.pop("question")
     has_source = "expected_source" in raw
+    typed = "type" in raw
     try:
         doc = CaseDocument.model_validate(raw)
     except PydanticValidationError as exc:
@@ -208,11 +229,14 @@ def case_fields(entry: Mapping[str, Any], index: int, *, previous_order: int | N
     forbidden: list[str] = []
     checks: list[dict[str, Any]] = []
     note = doc.note
+    case_type = doc.type
     if has_source:
         source = parse_expected_source(doc.expected_source, case_type=doc.type)
         expected, forbidden, checks = source.expected_tools, source.forbidden_tools, source.answer_checks
         if source.document:
             note = (note + "\n" if note else "") + f"expected_source: {source.document}"
+        if not typed:
+            case_type = implied_case_type(doc.expected_source, source)
     if doc.expected_tools is not None:
         expected = [{"name": t} if isinstance(t, str) else t for t in doc.expected_tools]
     if doc.forbidden_tools is not None:
@@ -225,7 +249,7 @@ def case_fields(entry: Mapping[str, Any], index: int, *, previous_order: int | N
     fields = {
         "key": doc.key or f"case-{index + 1:03d}",
         "order": doc.order if doc.order is not None else min((previous_order or 0) + 10, CASE_ORDER_MAX),
-        "case_type": doc.type,
+        "case_type": case_type,
         "query": doc.query,
         "context": doc.context,
         "data": doc.data,
@@ -416,6 +440,12 @@ def _keys_sorted(value: Any) -> Any:
     return value
 
 
+def _untyped_single_tool(case: EvalCase) -> bool:
+    """Whether ``case`` is a ``single_tool`` case that expects no tool, which a document gives by leaving its type
+    out (``eval_set_apply`` refuses it typed, unless stored so already)."""
+    return case.case_type == "single_tool" and tool_case_problem(case.case_type, case.expected_tools) is not None
+
+
 def eval_set_document(eval_set: EvalSet) -> dict[str, Any]:
     """A set as a document (what ``export_config`` writes and ``eval_set_apply`` reads back)."""
     return {
@@ -428,7 +458,10 @@ def eval_set_document(eval_set: EvalSet) -> dict[str, Any]:
             {
                 "key": c.key,
                 "order": c.order,
-                "type": c.case_type,
+                # A single_tool case that expects no tool (one stored before a case's notation gave its type, or
+                # given neither) is written without its type, which it is by default: typed, its entry is refused
+                # where the case is not stored yet (a fresh installation), as one written so by hand is.
+                **({} if _untyped_single_tool(c) else {"type": c.case_type}),
                 "query": c.query,
                 # Objects with their keys in one order (PostgreSQL's jsonb keeps its own): the exported text is
                 # the same after a round trip, and from either database.

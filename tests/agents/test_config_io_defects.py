@@ -252,7 +252,7 @@ def test_a_setting_left_out_of_an_existing_agent_is_left_alone() -> None:
     agent = Agent.objects.get()
     assert (agent.system_prompt, agent.max_iterations, agent.model_params) == ("회사 정보를 답합니다.", 4, {})
     assert list(agent.servers.values_list("mcp_id", flat=True)) == ["company"]
-    assert report.updated == ["agent assistant"]
+    assert report.updated == ["agent assistant (model.params)"]
     assert config_import(actor="test", document={"agents": [{"slug": "assistant"}]}).unchanged == ["agent assistant"]
 
 

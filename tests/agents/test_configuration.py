@@ -106,7 +106,7 @@ def test_a_changed_entry_is_reported_as_updated() -> None:
     changed = document()
     changed["agents"][0]["max_iterations"] = 8
     report = config_import(actor="test", document=changed)
-    assert report.updated == ["agent assistant"]
+    assert report.updated == ["agent assistant (max_iterations)"]
 
 
 def test_a_bad_entry_imports_nothing_and_is_named() -> None:

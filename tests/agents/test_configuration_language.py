@@ -116,7 +116,7 @@ def test_the_problems_of_an_import_go_through_gettext() -> None:
     lines = message.splitlines()
     assert lines[0] == "⟦configuration was not imported:⟧"
     for expected in (
-        "servers[1] (docs): ⟦'DOCS_SECRET' is {\"set\": true} but no value is stored to keep⟧",
+        'servers[1] (docs): env.DOCS_SECRET: ⟦{"set": true} keeps the stored value, but no value is stored: give {"value": ...} or {"from_env": ...}⟧',
         "tools[0] (ghost.search_employee): ⟦unknown server 'ghost'⟧",
         "contracts[1] (phantom.get_asset_status): ⟦unknown server 'phantom'⟧",
         "agents[1] (lonely): ⟦unknown server(s): nowhere⟧",
@@ -235,7 +235,7 @@ def test_reconcile_runs_labels_each_line_through_gettext() -> None:
     with bracketed():
         call_command("reconcile_runs", stdout=out)
     lines = out.getvalue().splitlines()
-    assert "⟦worker_lost: 0⟧" in lines and len(lines) == 7
+    assert "⟦worker_lost: 0⟧" in lines and len(lines) == 9
     assert all(line.startswith("⟦") and line.endswith("⟧") for line in lines)
 
 
