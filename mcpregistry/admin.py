@@ -24,7 +24,7 @@ from django.utils.translation import gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import bounded_json_overrides
-from agent_platform.text import nfc
+from agent_platform.text import grapheme_cut, nfc
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.models import AuditEvent
 from audit.visible import invisible_characters, visible_text
@@ -118,6 +118,25 @@ def merge_secrets(stored: dict[str, Any], changes: dict[str, Any] | None, *, cle
         else:
             merged[name] = entry
     return merged
+
+
+# A URL as typed starts with its scheme: ``127.0.0.1:8746/mcp`` or ``localhost:8746/mcp`` is refused, never given one.
+_TYPED_HTTP_SCHEME = re.compile(r"https?://", re.IGNORECASE)
+
+
+class HttpUrlField(forms.URLField):
+    """A server's URL, refused unless typed with its ``http://`` or ``https://``, in the words the model's own check
+    uses (for a URL Django's check refuses too: one error, not that and the model's). Django's field put
+    ``https://`` before a URL typed without one (saved without a word, it failed at discovery with an SSL error
+    against a plain HTTP server) and read ``localhost:`` as a scheme (two errors at once)."""
+
+    default_error_messages = {"invalid": _("Enter an http:// or https:// URL.")}
+
+    def to_python(self, value: Any) -> str:
+        text = str(value or "").strip()
+        if text and not _TYPED_HTTP_SCHEME.match(text):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return str(super().to_python(value))
 
 
 # How the server page names a secret's kind, beside its name.
@@ -220,7 +239,7 @@ class McpServerForm(forms.ModelForm):
             "never masked. Every other environment value is a secret (below). Removing a line removes the value."
         ),
     )
-    url = forms.URLField(label=_("URL"), required=False, assume_scheme="https", max_length=500)
+    url = HttpUrlField(label=_("URL"), required=False, assume_scheme="https", max_length=500)
     clear_secrets = forms.BooleanField(label=_("clear all stored secret values"), required=False)
 
     class Meta:
@@ -401,7 +420,15 @@ class McpServerForm(forms.ModelForm):
         # (public_env) as env_settings.
         if hasattr(errors, "error_dict"):
             renamed = {"env": "new_env", "headers": "new_headers", "public_env": "env_settings"}
-            errors = ValidationError({renamed.get(k, k): v for k, v in errors.error_dict.items()})
+            # A URL its field refused is not on the instance: the model's check of the one left there (a new
+            # binding's none) said the URL was wrong a second time.
+            errors = ValidationError(
+                {
+                    renamed.get(k, k): v
+                    for k, v in errors.error_dict.items()
+                    if not (k == "url" and "url" in self.errors)
+                }
+            )
         super()._update_errors(errors)
 
 
@@ -444,6 +471,9 @@ class RulesLeftMixin:
         actions["delete_selected"] = (delete_naming_rules, name, description)
         return actions
 
+
+# The classes of a part of the server page that ``server_form.js`` shows whatever the transport.
+SHOWN_FOR_EVERY_TRANSPORT = ["server-transport-stdio", "server-transport-http", "server-transport-local"]
 
 # A discovery waits for its server at least this long (``mcp_server_discover``: ``max(timeout_s, 30)``).
 DISCOVERY_WAIT_MIN_S = 30.0
@@ -540,7 +570,8 @@ class McpServerAdmin(RulesLeftMixin, ServiceAdminMixin, admin.ModelAdmin):
 
     # The page shows what the chosen transport uses (mcpregistry/static/mcpregistry/server_form.js): a stdio
     # server its command, arguments, folder, environment and secret environment; an HTTP one its URL and secret
-    # headers; local tools their dotted paths only. Hidden fields keep their values.
+    # headers; local tools their dotted paths only. Hidden fields keep their values; the environment settings and
+    # the secrets, where some are stored, are shown whatever the transport (``get_fieldsets``).
     fieldsets = [
         (None, {"fields": ["mcp_id", "name", "transport", "enabled", "timeout_s", "session_scope", "tool_prefix"]}),
         (
@@ -584,6 +615,22 @@ class McpServerAdmin(RulesLeftMixin, ServiceAdminMixin, admin.ModelAdmin):
 
     def get_fieldsets(self, request: HttpRequest, obj: McpServer | None = None) -> Any:
         fieldsets = list(super().get_fieldsets(request, obj))
+        stored = McpServer.objects.filter(pk=obj.pk).first() if obj is not None else None
+        if stored is not None:
+            # What is stored is shown, and can be removed, whatever the transport: a stdio binding switched to
+            # another kept its environment values and secrets, hidden, with no box to clear them. Removed on the
+            # page, they are a change as any other, audited.
+            env = readable_map(stored.env)
+            held = {
+                "env_settings": any(isinstance(env.get(name), str) for name in stored.public_env or []),
+                "secrets_state": bool(secrets_of(stored)) or not stored.secrets_readable(),
+            }
+            fieldsets = [
+                (name, {**options, "classes": SHOWN_FOR_EVERY_TRANSPORT})
+                if any(field in options["fields"] for field, shown in held.items() if shown)
+                else (name, options)
+                for name, options in fieldsets
+            ]
         if obj is not None:  # a new binding has no tools until its first discovery
             fieldsets.append((_("tools"), {"fields": ["tools_table"]}))
         return fieldsets
@@ -647,7 +694,9 @@ class McpServerAdmin(RulesLeftMixin, ServiceAdminMixin, admin.ModelAdmin):
             '<b style="color:{}">{}</b>{}',
             colour,
             obj.get_health_display(),
-            format_html(": {}", obj.last_error[:120]) if obj.last_error else "",
+            format_html(': <span title="{}">{}</span>', obj.last_error, error_start(obj.last_error))
+            if obj.last_error
+            else "",
         )
 
     @admin.display(description=_("circuit"), ordering="breaker_state")
@@ -741,6 +790,25 @@ class McpServerAdmin(RulesLeftMixin, ServiceAdminMixin, admin.ModelAdmin):
         )
 
 
+# The server list shows this much of a binding's last error, the whole of it in the badge's title.
+HEALTH_ERROR_SHOWN_CHARS = 120
+
+
+def error_start(text: str) -> str:
+    """The start of ``text`` the server list shows: the whole where it is short, else cut at the last space within
+    ``HEALTH_ERROR_SHOWN_CHARS`` characters (or, in a long word, where a reader sees a boundary: ``grapheme_cut``),
+    ending with "…"."""
+    text = nfc(text)
+    if len(text) <= HEALTH_ERROR_SHOWN_CHARS:
+        return text
+    cut = grapheme_cut(text, HEALTH_ERROR_SHOWN_CHARS - 1)
+    if not text[len(cut)].isspace():  # inside a word: cut before it, unless that leaves too little
+        words = re.match(r"(.*)\s", cut, re.S)
+        if words and len(words.group(1)) >= HEALTH_ERROR_SHOWN_CHARS // 2:
+            cut = words.group(1)
+    return cut.rstrip() + "…"
+
+
 def _names(names: list[str]) -> str:
     return ", ".join(names[:20]) + (f" (+{len(names) - 20})" if len(names) > 20 else "")
 
@@ -750,7 +818,7 @@ def discovery_message(report: DiscoveryReport) -> str:
     letter, so the id never comes first)."""
     if not report.ok:
         return str(_("Discovery of %(id)s failed: %(error)s") % {"id": report.mcp_id, "error": report.error})
-    parts = [str(_("%(n)d tools listed") % {"n": report.tool_count})]
+    parts = [ngettext("%(n)d tool listed", "%(n)d tools listed", report.tool_count) % {"n": report.tool_count}]
     for label, names in (
         (_("added"), report.added),
         (_("updated"), report.updated),
@@ -790,7 +858,11 @@ def health_message(report: HealthReport) -> str:
     if not report.ok:
         return str(_("Health of %(id)s: error: %(error)s") % {"id": report.mcp_id, "error": report.error})
     text = str(
-        _("Health of %(id)s: ok, %(n)d tools listed in %(ms).0f ms")
+        ngettext(
+            "Health of %(id)s: ok, %(n)d tool listed in %(ms).0f ms",
+            "Health of %(id)s: ok, %(n)d tools listed in %(ms).0f ms",
+            report.tool_count,
+        )
         % {"id": report.mcp_id, "n": report.tool_count, "ms": report.latency_ms}
     )
     if report.new or report.missing:
@@ -1059,18 +1131,22 @@ class McpToolAdmin(RulesLeftMixin, ServiceAdminMixin, admin.ModelAdmin):
         permissions=["change"],
     )
     def approve_reviewed_changes(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
-        count = 0
+        count = refused = 0
         for tool in queryset:
             try:
                 count += mcp_tool_review_approve(tool=tool, actor=request.user, via=ADMIN_VIA)
             except ValidationError as exc:  # enabled again, it would give an agent two tools of one name
+                refused += 1
                 self.message_user(
                     request,
                     _("The review of %(tool)s was not approved: %(why)s")
                     % {"tool": tool, "why": " ".join(exc.messages)},
                     level=messages.ERROR,
                 )
-        self.message_user(request, _("%(n)d tool(s) approved.") % {"n": count})
+        if count or refused:
+            self.message_user(request, ngettext("%(n)d tool approved.", "%(n)d tools approved.", count) % {"n": count})
+        else:
+            self.message_user(request, _("None of the selected tools awaited review."), messages.WARNING)
 
 
 class RequestCategoryForm(forms.ModelForm):

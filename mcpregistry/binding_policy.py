@@ -922,8 +922,8 @@ def setting_secret_problem(field: str, value: Any, where: str) -> str | None:
     if not holds_secret({field: value}):
         return None
     return _(
-        "This holds a secret (the audit record hides it), but %(field)s is stored, shown and exported in clear: "
-        "give the secret as %(where)s instead, which is encrypted at rest and never shown."
+        "This holds a secret (the audit record hides it), but the setting %(field)s is stored, shown and exported in "
+        "clear: give the secret as %(where)s instead, which is encrypted at rest and never shown."
     ) % {"field": field, "where": where}
 
 

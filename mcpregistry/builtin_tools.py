@@ -103,8 +103,8 @@ def calculate(expression: str) -> str:
     source, percentages = _percentages(_arithmetic_source(expression))
     try:
         tree = ast.parse(source, mode="eval")
-    except SyntaxError as exc:
-        raise _refused(_("not an arithmetic expression: %(error)s") % {"error": exc.msg}) from None
+    except SyntaxError:
+        raise _refused(_syntax_problem(source)) from None
     if sum(1 for _node in ast.walk(tree)) > MAX_NODES:
         raise _refused(_("the expression has more than %(limit)d parts") % {"limit": MAX_NODES})
     result = _evaluate(tree.body, source)  # first: what is not arithmetic is refused as that
@@ -249,6 +249,32 @@ def _refused(message: str) -> ArgumentRefused:
     ``args:*`` refusal, counted toward the tool's self-correction cap, not a ``tool:error`` not to retry. What
     fails in computing a well-written expression (a division by zero, a value past the bounds) stays an error."""
     return ArgumentRefused(message, argument="expression")
+
+
+# What an expression that does not parse may hold besides letters (names, refused on their own), digits and
+# spaces: arithmetic's signs, a decimal point, a digit group's ``_`` or ``,`` (refused on their own where they stand
+# wrong).
+_ARITHMETIC_SIGNS = frozenset(".+-*/%()_,")
+
+
+def _syntax_problem(source: str) -> str:
+    """Why ``source``, which Python's parser refused, is not arithmetic, in the reader's language (the parser's
+    own text is English): a character that is not part of arithmetic (named, with its code point), a parenthesis
+    left open or one closed that was never opened; else that it is not arithmetic, no more."""
+    for char in source:
+        if not (char.isalnum() or char.isspace() or char in _ARITHMETIC_SIGNS):
+            code = f"U+{ord(char):04X}"
+            return _("not an arithmetic expression: %(char)s is not part of arithmetic") % {
+                "char": f"'{char}' ({code})" if char.isprintable() else code
+            }
+    depth = 0
+    for char in source:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return _("not an arithmetic expression: a closing parenthesis has no opening one")
+    if depth:
+        return _("not an arithmetic expression: a parenthesis is opened and never closed")
+    return _("not an arithmetic expression")
 
 
 def _not_arithmetic() -> ValueError:

@@ -25,6 +25,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import json_error_text
 from agent_platform.json import loads as json_loads
+from mcpregistry import discovery_view
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
 from mcpregistry.contracts import DEFAULT_RETRY, JSON_TYPES, RETRYABLE, spec_problems
 from mcpregistry.gate_records import CONTRACT_FIELDS
@@ -167,7 +168,8 @@ class ArgsTableWidget(EditorWidget):
                     "name": arg,
                     "spec": spec,
                     "allowed": allowed_text(spec.get("allowed"), str(spec.get("type") or "")),
-                    "schema_type": prop.get("type", ""),
+                    # In words, as the tool page's table above says it ("text", not "string").
+                    "schema_type": discovery_view.type_text(prop) if prop else "",
                     "description": prop.get("description", ""),
                     "in_schema": arg in properties,
                     # Listed in the stored contract: always kept, no box. Otherwise allowed where the value shown

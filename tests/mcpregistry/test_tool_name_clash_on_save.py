@@ -197,5 +197,5 @@ def test_the_approve_action_says_which_tool_was_not_approved_and_why(admin_clien
     )
     page = response.content.decode()
     assert "The review of sb.ping was not approved: Agent dup would be offered two tools of one name" in page
-    assert "0 tool(s) approved." in page
+    assert "0 tools approved." in page
     assert McpTool.objects.get(pk=ping.pk).review_required
