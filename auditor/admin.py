@@ -780,7 +780,8 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
                 "reasons": _reasons_in_words(t.errors_by_reason),
                 # Recorded texts (a server's tool name, a caller) with what does not show itself written out.
                 "server": visible_text(t.mcp_id),
-                "name": visible_text(t.tool),
+                # A tool's name breaks after its dots and underscores, not after any letter.
+                "name": breakable(t.tool),
                 "callers": [
                     (_caller_html(actor), n) for actor, n in sorted(t.callers.items(), key=lambda kv: (-kv[1], kv[0]))
                 ],
@@ -928,7 +929,7 @@ def _series_charts(series: list[ToolSeries], *, bucket: str) -> list[dict[str, A
         labels = [date_format(p.start, "Y-m-d H:00" if bucket == "hour" else "Y-m-d") for p in line.points]
         charts.append(
             {
-                "name": visible_text(f"{line.mcp_id}.{line.tool}") if line.tool else gettext("all tools"),
+                "name": breakable(f"{line.mcp_id}.{line.tool}") if line.tool else gettext("all tools"),
                 "calls": line.calls,
                 "calls_chart": bar_chart(
                     [p.calls for p in line.points], labels, colour="#417690", title=gettext("calls")
