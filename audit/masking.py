@@ -135,11 +135,12 @@ _SECRET_KEY_FRAGMENTS = re.compile(
 )
 # Whole words of the key (split on separators and camelCase) that are secret on their own.
 _SECRET_KEY_WORDS = frozenset({"pass", "pw"})
-# Words that, following one of those, make the key a measure of passing, not a password: an eval set's
+# Words that, following ``pass`` (never ``pw``), make the key a measure of passing, not a password: an eval set's
 # ``pass_rate`` threshold (masked, an auditor could not see a deploy gate lowered), ``pass_count``, ``pass_fail``.
+# Not ``num``/``number``/``total``: ``pass_number``, ``pw_num`` name a numeric password (비밀번호) in Korean code.
 _PASS_MEASURE_WORDS = frozenset(
     {"rate", "rates", "count", "counts", "ratio", "threshold", "thresholds", "percent", "percentage", "pct", "fail",
-     "fails", "score", "total", "num", "number"}
+     "fails", "score"}
 )  # fmt: skip
 # An exception's class name, perhaps with its module ("openai.AuthenticationError", "NoCredentialsError"): in a
 # traceback line "OpenAIAuthenticationError: Error code: 401" it is followed by ":" like a key, but what follows is
@@ -178,7 +179,8 @@ def _is_secret_key(key: str) -> bool:
         return True
     words = _KEY_SEPARATORS.split(_CAMEL_BOUNDARY.sub("_", key).lower())
     return any(
-        word in _SECRET_KEY_WORDS and (i + 1 == len(words) or words[i + 1] not in _PASS_MEASURE_WORDS)
+        word in _SECRET_KEY_WORDS
+        and (word != "pass" or i + 1 == len(words) or words[i + 1] not in _PASS_MEASURE_WORDS)
         for i, word in enumerate(words)
     )
 
