@@ -57,6 +57,9 @@ REQUEST_ENDINGS = ("줘", "요", "야", "까", "어", "죠")
 ASSET_KINDS = {"노트북": "노트북", "랩탑": "노트북", "모니터": "모니터", "서버": "서버", "gpu": "gpu"}
 ASSET_WORDS = re.compile("|".join(("자산", "장비", "기기", *ASSET_KINDS)), re.IGNORECASE)
 ASSET_KIND = re.compile("|".join(ASSET_KINDS), re.IGNORECASE)
+# Kinds that qualify the kind written after them, one name with it ("GPU 서버"); any other two kinds written side by
+# side are two ("노트북 모니터").
+ASSET_QUALIFIERS = frozenset({"gpu"})
 
 
 def default_mcp_id() -> str:
@@ -258,12 +261,13 @@ def project_names(projects: Any) -> str | None:
 
 def asset_kinds(text: str) -> list[tuple[str, list[str]]]:
     """The kinds of asset ``text`` asks for (``ASSET_KINDS``), each as it is written and with the types it stands
-    for: "GPU 서버" one kind (GPU and 서버), "노트북이랑 모니터" two; none where it names no kind ("자산", "장비 뭐
-    있어?")."""
+    for: "GPU 서버" one kind (a qualifier, ``ASSET_QUALIFIERS``, and 서버: an asset of it has both), "노트북 모니터"
+    and "노트북이랑 모니터" two; none where it names no kind ("자산", "장비 뭐 있어?")."""
     named: list[tuple[int, int, list[str]]] = []
     for match in ASSET_KIND.finditer(text):
         kind = ASSET_KINDS[match.group().casefold()]
-        if named and not text[named[-1][1] : match.start()].strip():
+        qualified = named and named[-1][2][-1] in ASSET_QUALIFIERS
+        if qualified and not text[named[-1][1] : match.start()].strip():
             named[-1] = (named[-1][0], match.end(), [*named[-1][2], kind])  # "GPU 서버": one name
         else:
             named.append((match.start(), match.end(), [kind]))
@@ -306,10 +310,14 @@ def owned_text(owner: str, owned: dict[str, Any], asked: str) -> str:
     if not named:
         return f"{owner} 님의 {assets_text(owned)}" if every else f"{owner} 님의 자산은 없습니다."
 
-    def of(kinds: list[str]) -> list[dict[str, Any]]:
-        return [a for a in every if any(kind in str(a.get("type") or "").casefold() for kind in kinds)]
+    def fits(asset: dict[str, Any], kinds: list[str]) -> bool:
+        """Whether the asset's type is of every kind of one name ("GPU 서버": GPU and 서버, not a 파일 서버)."""
+        return all(kind in str(asset.get("type") or "").casefold() for kind in kinds)
 
-    rows = of([kind for _name, kinds in named for kind in kinds])
+    def of(kinds: list[str]) -> list[dict[str, Any]]:
+        return [a for a in every if fits(a, kinds)]
+
+    rows = [a for a in every if any(fits(a, kinds) for _name, kinds in named)]
     missing = ", ".join(name for name, kinds in named if not of(kinds))
     if not rows:
         have = f" 보유 {assets_text(owned)}" if every else ""

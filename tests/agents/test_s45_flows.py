@@ -21,7 +21,7 @@ from langgraph.graph import END, START, StateGraph
 
 from agents.admin_runs import run_summary
 from agents.execution import run_execute
-from agents.flows.common import FlowState, failed
+from agents.flows.common import FlowState, failed, owned_text
 from agents.models import Agent, Run
 from agents.tools import MCPHandle
 from audit.models import AuditEvent
@@ -84,6 +84,29 @@ def test_the_conditional_template_lists_the_assets_of_the_kind_asked_for(
 
 
 # ---- 2. A disabled server: the gate refuses each call -------------------------------------------------------------
+
+
+SERVERS = {
+    "count": 2,
+    "assets": [{"asset_id": "A-1", "type": "파일 서버"}, {"asset_id": "A-2", "type": "GPU 워크스테이션"}],
+}
+OWNED = {"count": 2, "assets": [{"asset_id": "A-1003", "type": "노트북"}, {"asset_id": "A-1008", "type": "GPU 서버"}]}
+
+
+@pytest.mark.parametrize(
+    ("owned", "asked", "answer"),
+    [
+        # "GPU 서버" is one kind: an asset of both words, not a 파일 서버 nor a GPU 워크스테이션.
+        (SERVERS, "이서준 GPU 서버 있어?", "이서준 님의 GPU 서버 자산은 없습니다. 보유 자산 2건: 파일 서버(A-1), GPU 워크스테이션(A-2)"),
+        # Two kinds side by side are two: the missing monitor is said.
+        (OWNED, "이서준 노트북 모니터 있어?", "이서준 님의 노트북 1건: 노트북(A-1003). 모니터 자산은 없습니다."),
+        (OWNED, "이서준 GPU 서버", "이서준 님의 GPU 서버 1건: GPU 서버(A-1008)"),
+    ],
+)  # fmt: skip
+def test_an_asset_kind_of_two_words_is_one_kind_and_two_kinds_side_by_side_are_two(
+    owned: dict[str, Any], asked: str, answer: str
+) -> None:
+    assert owned_text("이서준", owned, asked) == answer
 
 
 @pytest.mark.parametrize(
