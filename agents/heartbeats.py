@@ -8,6 +8,8 @@ ages out, and rows of workers gone for a day are removed by the next heartbeat o
 from __future__ import annotations
 
 import contextlib
+import socket
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -62,6 +64,56 @@ def broker_identity(url: str, transport_options: Mapping[str, Any] | None = None
     return ";".join(identities)[:500]
 
 
+# A host name's addresses, read again after this many seconds (``same_broker``).
+_ADDRESSES_TTL_S = 60.0
+_addresses_read: dict[str, tuple[float, frozenset[str]]] = {}
+
+
+def _addresses(host: str) -> frozenset[str]:
+    """The addresses ``host`` resolves to (itself where it does not resolve), kept for ``_ADDRESSES_TTL_S``."""
+    bare = host.strip("[]")
+    read = _addresses_read.get(bare)
+    if read is not None and time.monotonic() - read[0] < _ADDRESSES_TTL_S:
+        return read[1]
+    try:
+        found = frozenset(str(info[4][0]) for info in socket.getaddrinfo(bare, None, type=socket.SOCK_STREAM))
+    except (OSError, UnicodeError):
+        found = frozenset()
+    addresses = found or frozenset({bare})
+    if len(_addresses_read) > 256:
+        _addresses_read.clear()
+    _addresses_read[bare] = (time.monotonic(), addresses)
+    return addresses
+
+
+def _endpoints(identity: str) -> list[tuple[str, str, str]]:
+    """A ``broker_identity``'s brokers as (scheme, host, ``:port/db``)."""
+    found = []
+    for one in identity.split(";"):
+        scheme, _sep, rest = one.partition("://")
+        host, slash, path = rest.partition("/")
+        name, colon, port = host.rpartition(":") if not host.endswith("]") else (host, "", "")
+        if not colon or not port.isdigit():
+            name, port = host, ""
+        found.append((scheme, name, f":{port}/{path}" if slash else f":{port}"))
+    return found
+
+
+def same_broker(one: str, other: str) -> bool:
+    """Whether two ``broker_identity`` strings name one broker: the same text, or (a web and a worker that spell its
+    host differently: ``localhost`` and ``127.0.0.1``, a DNS name and its address) a broker of each with the same
+    scheme, port and database whose host names share an address. The embedded broker's folder compares as text."""
+    if one == other:
+        return True
+    for scheme, host, rest in _endpoints(one):
+        for other_scheme, other_host, other_rest in _endpoints(other):
+            if (scheme, rest) != (other_scheme, other_rest) or scheme == "filesystem":
+                continue
+            if host == other_host or _addresses(host) & _addresses(other_host):
+                return True
+    return False
+
+
 def this_broker() -> str:
     """The identity (``broker_identity``) of the broker this process's Celery app uses."""
     return broker_identity(current_app.conf.broker_url, current_app.conf.broker_transport_options)
@@ -109,7 +161,7 @@ def workers_seen(*, since: datetime, queue: str, broker: str) -> WorkersSeen:
     recent = on_queue = on_broker = able = 0
     for queues, its_broker in WorkerHeartbeat.objects.filter(seen_at__gte=since).values_list("queues", "broker"):
         consumes = not queues or queue in queues.split(QUEUE_SEPARATOR)
-        here = not its_broker or its_broker == broker
+        here = not its_broker or same_broker(its_broker, broker)
         recent += 1
         on_queue += int(consumes)
         on_broker += int(here)

@@ -21,7 +21,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agent_platform.probes import failure_reason
-from agents.heartbeats import broker_identity, this_broker, worker_heartbeat_record
+from agents.heartbeats import broker_identity, same_broker, this_broker, worker_heartbeat_record
 from agents.models import WorkerHeartbeat
 from tests.e2e.harness import _SETUP_VARIABLES, ROOT, redis_server, wait_until
 from tests.e2e.workers import Platform, platform_without_workers
@@ -67,6 +67,32 @@ def test_a_worker_on_another_broker_is_not_one_for_live_runs(client: Client) -> 
     assert worker_check(client)[1]["error"] == (
         "3 workers have a recent heartbeat, none consumes the queue 'celery' on this broker"
     )
+
+
+def test_one_broker_spelt_two_ways_is_one_broker() -> None:
+    """A web and a worker may name the broker's host differently (``localhost``, ``127.0.0.1``; a DNS name and its
+    address): compared as text, a healthy install was never ready."""
+    assert same_broker(broker_identity("redis://localhost:6379/0"), broker_identity("redis://127.0.0.1"))
+    assert same_broker(
+        broker_identity("sentinel://h1:26379;sentinel://h2:26379"), broker_identity("sentinel://h2:26379")
+    )
+    assert not same_broker(broker_identity("redis://localhost/0"), broker_identity("redis://127.0.0.1/5"))
+    assert not same_broker(broker_identity("rediss://localhost/0"), broker_identity("redis://127.0.0.1/0"))
+    assert not same_broker(broker_identity("redis://a.invalid/0"), broker_identity("redis://b.invalid/0"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_naming_the_webs_broker_by_its_address_takes_live_runs(client: Client, settings: Any) -> None:
+    from celery import current_app
+
+    web = current_app.conf.broker_url
+    current_app.conf.broker_url = "redis://localhost:6379/0"
+    try:
+        worker_heartbeat_record(worker="w@host:1", queues=["celery"], broker=broker_identity("redis://127.0.0.1:6379"))
+        status, check = worker_check(client)
+        assert status == 200 and check["ok"] is True
+    finally:
+        current_app.conf.broker_url = web
 
 
 @pytest.mark.django_db(transaction=True)
