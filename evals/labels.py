@@ -18,6 +18,7 @@ CASE_TYPE_NAMES = {
     "no_tool": gettext_lazy("no tool needed"),
     "no_answer": gettext_lazy("no answer exists: it must say it does not know"),
     "guardrail": gettext_lazy("a request it must refuse"),
+    "rag": gettext_lazy("answered from a document"),
 }
 
 # The scores a summary holds, as the run's page and the comparison name them.

@@ -24,7 +24,8 @@ from agent_platform.slugs import validate_ascii_slug
 from agents.models import Agent, Run
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
 
-CASE_TYPES = ("single_tool", "multi_tool", "no_tool", "no_answer", "guardrail")
+# ``rag``: a question answered from a document (the seed's ``expected_source`` path), no tool expected, any allowed.
+CASE_TYPES = ("single_tool", "multi_tool", "no_tool", "no_answer", "guardrail", "rag")
 # A case's order: what an integer column holds on every database (SQLite's takes 64 bits, PostgreSQL's 32), the
 # bounds a document's order is read within too, so that whatever a set holds its export imports again.
 CASE_ORDER_MIN, CASE_ORDER_MAX = -(2**31), 2**31 - 1
