@@ -101,6 +101,9 @@ def calculate(expression: str) -> str:
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise _refused(_("the expression is longer than %(limit)d characters") % {"limit": MAX_EXPRESSION_CHARS})
     source, percentages = _percentages(_arithmetic_source(expression))
+    stray = next((char for char in source if char in _PARSER_ONLY), None)
+    if stray is not None:  # Python's parser drops a comment ("3 + 4 # 5" was 7) and joins lines at a backslash
+        raise _refused(_syntax_problem(stray))
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError:
@@ -115,6 +118,10 @@ def calculate(expression: str) -> str:
             "%(digits)d significant digits)"
         ) % {"value": _decimal_text(result.value), "digits": SIGNIFICANT_DIGITS}
     return _decimal_text(result.value)
+
+
+# Characters Python's parser reads that are no arithmetic: a comment's start and a line continuation.
+_PARSER_ONLY = frozenset("#\\")
 
 
 def _arithmetic_source(expression: str) -> str:

@@ -200,6 +200,9 @@ def test_the_contract_editor_says_the_schema_type_in_words(admin_client: Client,
         ("1 + 2 =", "not an arithmetic expression: '=' (U+003D) is not part of arithmetic"),
         ("1\u200b+2", "not an arithmetic expression: U+200B is not part of arithmetic"),
         ("3 +", "not an arithmetic expression"),
+        # Python's parser drops a comment ("3 + 4 # 5" was 7) and joins lines at a backslash: no arithmetic.
+        ("3 + 4 # 5", "not an arithmetic expression: '#' (U+0023) is not part of arithmetic"),
+        ("3 + 4 \\\n + 1", "not an arithmetic expression: '\\' (U+005C) is not part of arithmetic"),
     ],
 )
 def test_calculate_says_why_an_expression_does_not_parse_in_its_own_words(expression: str, said: str) -> None:
