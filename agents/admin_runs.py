@@ -340,6 +340,9 @@ _WHY = {
     "called": _("called before"),
     "widened": _("asked for by the model"),
     "ranked": _("ranked %(score)s"),
+    "forced": _("forced first call"),
+    "fallback": _("fallback of a failed tool"),
+    "all": _("allowed"),
 }
 
 # Why a turn could not force the tool it was to force (``Selection.forced_dropped``).
@@ -906,7 +909,8 @@ class _Timeline:
                 because = str(words) % {"score": "?" if score is None else f"{score:g}"}
             else:
                 because = str(words) if words is not None else why
-            offered.append(f"{_str(tool.get('name'))} ({because})" if because else _str(tool.get("name")))
+            name = _offered_name(tool)
+            offered.append(f"{name} ({because})" if because else name)
         turn = _number(entry.get("turn"))
         title = gettext("tools offered for turn %(turn)s: %(tools)s") % {
             "turn": "?" if turn is None else f"{turn:g}",
@@ -1253,6 +1257,17 @@ def run_summary(run: Run) -> list[str]:
     if taken_over:  # the timeline marks where each pass began; the summary says how often a worker was lost
         parts.append(gettext("taken over %(n)s time(s): a worker was lost") % {"n": taken_over})
     return parts
+
+
+def _offered_name(tool: dict[str, Any]) -> str:
+    """A tool of a selection entry by its server and own name (``hr.직원.검색``), the alias the model was offered
+    it by beside it where that differs (``as tool_6c077b03``); an entry written before they were kept, by the name
+    the model saw."""
+    name, own = _str(tool.get("name")), _str(tool.get("tool"))
+    if not own:
+        return name
+    real = ".".join(n for n in (_str(tool.get("mcp_id")), own) if n)
+    return real if own == name else gettext("%(tool)s as %(alias)s") % {"tool": real, "alias": name}
 
 
 def _code_in_words(code: str) -> str:

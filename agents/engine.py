@@ -732,6 +732,7 @@ def execute(plan: RunPlan) -> RunOutcome:
                     who=who("agent", call_id),
                     offered=offer.offered,
                     mcp_id=server.mcp_id,
+                    offered_later=offer.offered_later(name),
                 )
             else:
                 result = gate.call(server=server, tool_name=mcp_tool.name, args=args, who=who("agent", call_id))

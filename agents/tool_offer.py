@@ -164,6 +164,7 @@ class ToolOffer:
                         ranker="none",
                         candidates=len(self.offered),
                         forced_dropped=self._forced_dropped(named),
+                        docs={n: self.docs_by_name[n] for n in self.offered},
                     ),
                     turns,
                 )
@@ -207,25 +208,40 @@ class ToolOffer:
         if name in self.withdrawn:
             return "withdrawn"
         if self.active and name not in self.offered:
-            if (
-                self.widening.widenings < self.settings.max_widenings
-                and name not in self.widening.extra
-                and (doc := self.docs_by_name.get(name)) is not None
-                and within_filters(doc, self.settings)
-            ):
-                self.widening.widenings += 1
-                self.widening.extra.append(name)
+            self._widen(name)
             return "not_offered"
         if name not in self.called:
             self.called.append(name)
         return "ok"
 
+    def _widen(self, name: str) -> None:
+        """A call to ``name`` was refused as not offered: the next offers add it, while the run has widenings
+        left and the hard filters let it in."""
+        if (
+            self.widening.widenings < self.settings.max_widenings
+            and name not in self.widening.extra
+            and (doc := self.docs_by_name.get(name)) is not None
+            and within_filters(doc, self.settings)
+        ):
+            self.widening.widenings += 1
+            self.widening.extra.append(name)
+
+    def offered_later(self, name: str) -> bool:
+        """Whether the next turns offer ``name``, a call to which :meth:`check` refused as not offered: only when
+        that call widened the offer with it. Outside the hard filters, or with no widening left, the refusal tells
+        the model not to call it again rather than that the next step may offer more."""
+        return name in self.widening.extra and name not in self.withdrawn
+
     def restore_corrections(self, messages: Sequence[BaseMessage]) -> None:
-        """Recount the argument errors of an earlier pass of this run (a run parked for an approval resumes with
-        its conversation): each tool message keeps its gate reason code as its artifact."""
+        """Recount the argument errors and widenings of an earlier pass of this run (a run parked for an approval
+        resumes with its conversation): each tool message keeps its gate reason code as its artifact. A refusal as
+        not offered widens again as it did (``check``'s rule): a resumed run has no fresh ``max_widenings``, and
+        the tools an earlier pass widened with stay offered."""
         for message in messages:
             if isinstance(message, ToolMessage) and message.name in self.index:
                 artifact = message.artifact if isinstance(message.artifact, dict) else {}
+                if artifact.get("error") == "tool:not_offered":
+                    self._widen(message.name)
                 self.record(message.name, artifact.get("error"))
 
     def suggest_fallback(self, name: str, error: str | None) -> None:

@@ -272,16 +272,29 @@ class Selection:
     # ``filtered_out``, ``withdrawn``, ``not_a_tool``): the run goes on unforced, and its trace says so (a rule
     # stored before the check of its forced tool against the agent's filters would otherwise go unnoticed).
     forced_dropped: dict[str, str] | None = None
+    # The offered tools' docs by the name the model sees: the trace names each tool by its own name and server too.
+    docs: Mapping[str, ToolDoc] = field(default_factory=dict)
 
     def as_trace(self, turn: int) -> dict[str, Any]:
+        """The trace entry (and ``tool_selection`` event) of one turn's selection: each offered tool by the name the
+        model was offered it by (``name``), its own name (``tool``, never an alias: ``직원.검색``, not
+        ``tool_66dde059``) and server (``mcp_id``), why it is offered, and its score where a ranker ran."""
+        offered: list[dict[str, Any]] = []
+        for name in self.offered:
+            tool: dict[str, Any] = {"name": name}
+            doc = self.docs.get(name)
+            if doc is not None:
+                tool.update(tool=doc.own_name or doc.name, mcp_id=doc.mcp_id)
+            if self.ranker != "none":  # no ranker ran: no tool has a score
+                tool["score"] = round(self.scores.get(name, 0.0), 4)
+            tool["why"] = self.reasons[name]
+            offered.append(tool)
         entry: dict[str, Any] = {
             "type": "tool_selection",
             "turn": turn,
             "ranker": self.ranker,
             "candidates": self.candidates,
-            "offered": [
-                {"name": n, "score": round(self.scores.get(n, 0.0), 4), "why": self.reasons[n]} for n in self.offered
-            ],
+            "offered": offered,
             "selection_ms": round(self.elapsed_ms, 3),
         }
         if self.fallback:
@@ -325,8 +338,9 @@ def select_tools(
     (rule-named tools, tools already called in this run, a failed tool's fallback); pinned tools come from
     ``settings``. Tools outside the hard filters are never offered, pinned or not (tags compared composed, NFC).
     When no more tools than ``top_k`` pass the filters, all of them are offered unranked (the trace's ranker is
-    ``none``): no ranker is asked, so no embedding service is called for nothing. A ranker's failure hands over
-    to ``fallback_ranker`` (the Selection's ``fallback`` says why), except for the ``must_propagate`` errors."""
+    ``none``, the tools not offered for another reason are ``why: all``, none with a score): no ranker is asked,
+    so no embedding service is called for nothing. A ranker's failure hands over to ``fallback_ranker`` (the
+    Selection's ``fallback`` says why), except for the ``must_propagate`` errors."""
     started = time.perf_counter()
     allowed = [d for d in candidates if within_filters(d, settings)]
     allowed_names = {d.name for d in allowed}
@@ -364,8 +378,10 @@ def select_tools(
     for name in widening.extra if widening else []:
         add(name, "widened")
     ranked = sorted((d.name for d in allowed), key=lambda n: (-scores.get(n, 0.0), n))
+    # Where every allowed tool fits no ranker ran: the rest are offered as "all", not as ranked with no score.
     for name in ranked[:k]:
-        add(name, "ranked")
+        add(name, "all" if used_ranker == "none" else "ranked")
+    docs = {d.name: d for d in allowed}
     return Selection(
         offered=offered,
         scores={n: scores.get(n, 0.0) for n in offered},
@@ -374,4 +390,5 @@ def select_tools(
         candidates=len(allowed),
         fallback=fallback,
         elapsed_ms=(time.perf_counter() - started) * 1000,
+        docs={n: docs[n] for n in offered},
     )

@@ -194,6 +194,12 @@ def reason_label(reason: str) -> str:
         return pgettext("audit reason", "server %(server)s not connected") % {
             "server": visible_text(reason.removeprefix("mcp:not_loaded:"))
         }
+    # Why a run's tool selection ranked by keywords, not by embeddings (``agents.tool_selection``): none is set
+    # up, or the service or its vectors failed (``embedding:<the failure>``, the code beside the words says which).
+    if kind == "embedding" and rest:
+        if rest == "not_configured":
+            return pgettext("audit reason", "no embedding service is configured; tools ranked by keywords")
+        return pgettext("audit reason", "the embedding ranker failed; tools ranked by keywords")
     return reason
 
 

@@ -604,13 +604,23 @@ def refuse_unknown(*, tool_name: str, args: Any, who: GateCall, offered: list[st
     return refuse_call(tool_name=tool_name, args=args, who=who, reason="tool:unknown", message=message)
 
 
-def refuse_not_offered(*, tool_name: str, args: Any, who: GateCall, offered: list[str], mcp_id: str) -> ToolResult:
+def refuse_not_offered(
+    *, tool_name: str, args: Any, who: GateCall, offered: list[str], mcp_id: str, offered_later: bool = True
+) -> ToolResult:
     """A call to an existing tool that top-K selection did not offer this turn (``tool:not_offered``): refused
-    and audited, never sent; the message lists what was offered."""
-    message = _(
-        "Tool '%(tool)s' was not offered for this step. Use one of: %(tools)s. If none fits, say so; the next "
-        "step may offer more tools."
-    ) % {"tool": tool_name, "tools": ", ".join(offered) or "-"}
+    and audited, never sent; the message lists what was offered. ``offered_later`` is False where no later step
+    offers it (outside the agent's tool filters, or no widening left): the model is told not to call it again."""
+    if offered_later:
+        text = _(
+            "Tool '%(tool)s' was not offered for this step. Use one of: %(tools)s. If none fits, say so; the next "
+            "step may offer more tools."
+        )
+    else:
+        text = _(
+            "Tool '%(tool)s' is not available to this agent here; do not call it again. Use one of: %(tools)s. If "
+            "none fits, say so."
+        )
+    message = text % {"tool": tool_name, "tools": ", ".join(offered) or "-"}
     return refuse_call(
         tool_name=tool_name, args=args, who=who, reason="tool:not_offered", message=message, mcp_id=mcp_id
     )
