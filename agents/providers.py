@@ -26,18 +26,26 @@ What they share:
   failure or a timeout only when the request never reached the provider (it could not connect, a connect timeout
   among them): one that timed out or was cut after it was sent (a read or protocol error, a stream that ended
   early) may have been generated and billed, and its tokens are never reported. A streamed turn that ends without
-  its finish reason is such a cut (``ModelStreamCutShort``), never a finished answer. A reply that arrived but
+  its finish reason is such a cut (``ModelStreamCutShort``), never a finished answer, and so is one that ends with
+  an error event after its HTTP 200 (``stream_error_event``), whatever kind its error names. A reply that arrived but
   that langchain could not read is not asked for again; its failure carries the tokens it reported, which the run
   is charged. Every attempt that timed out or was cut after its request was (or may have been) sent, the ones sent
   again included, is told to the model's ``on_unanswered_call``, which charges the run an estimate of it
   (``agents.engine``); one that never reached the provider costs nothing. No call is sent again once the run is
-  cancelled.
+  cancelled. A call answered with a ``Retry-After`` (a 429, a 503) is sent again no sooner than it asks, not at all
+  where it asks for longer than the policy's ``max_backoff_s`` (its failure quotes the wait). An error object's
+  code is read as the HTTP status it names, or as OpenAI's words for one (``server_error``: 5xx;
+  ``rate_limit_exceeded``, ``rate_limit_error``: 429).
+- **A reply that is no JSON** (a web page: the base URL points at a web UI or a login proxy) fails ``model:error``
+  naming its content type and the base URL to check, never quoting the page.
 - **Redirects are not followed.** The OpenAI-compatible client answers a 3xx as a failure (``model:validation``):
   the model's key and the conversation go only to the base URL that the address policy checked.
 - **Tool calls whose arguments are JSON but no object** (``[1, 2]``) are the model's malformed calls, as arguments
   that are no JSON are: langchain's ``invalid_tool_calls`` (the arguments as the model wrote them), which the gate
   refuses with ``args:json`` and the model is told of; the turn and its token usage are kept. Arguments sent as a
-  JSON object where their text belongs are the call they write.
+  JSON object where their text belongs are the call they write. A streamed call's arguments are read whole, when
+  the stream has ended: text cut short (``{"name": "박도``) is refused as it is in the reply's JSON form, never
+  "repaired" by langchain into a call the model did not finish.
 - **Secrets.** The OpenAI-compatible key is the agent's encrypted ``model_secrets["api_key"]`` (a value, or
   ``{"from_env": NAME}`` read on the worker); it is never in ``model_params``. Bedrock's credentials come from
   boto3's standard chain, never from the database.
@@ -66,9 +74,9 @@ from django.conf import settings
 from django.utils.translation import gettext as _
 from langchain_aws import ChatBedrockConverse
 from langchain_core.exceptions import ContextOverflowError
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
-from langchain_core.messages.tool import invalid_tool_call
+from langchain_core.messages.tool import invalid_tool_call, tool_call_chunk
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
@@ -286,6 +294,16 @@ class ModelStreamCutShort(ConnectionError):
     failure (retried by the agent's policy), one whose request reached the provider."""
 
 
+class ModelReplyNotJson(Exception):
+    """A model server's HTTP 200 reply that is no JSON (a web page: the base URL points at a web UI or a login
+    proxy, not at the server's API). ``content_type`` is the reply's, as its server said it; the page itself is
+    kept out of the failure."""
+
+    def __init__(self, content_type: str) -> None:
+        super().__init__(f"the model server's reply is not JSON ({content_type or 'no content type'})")
+        self.content_type = content_type
+
+
 class ModelErrorAnswer(Exception):
     """A model server's reply that is an error object where a completion belongs (``{"error": {"message": "model
     overloaded", "code": 503}}``, with HTTP 200, as some gateways and servers send it). ``status`` is the HTTP status
@@ -297,12 +315,24 @@ class ModelErrorAnswer(Exception):
         self.status = _error_status(error)
 
 
+# The HTTP status an error object names in words where its ``code`` is no status: OpenAI's ``type`` ``server_error``
+# (a stream's error event: ``{"type": "server_error", "code": null}``) and its code ``rate_limit_exceeded``, and the
+# type ``rate_limit_error`` of the gateways that write Anthropic's error shape (LiteLLM).
+_ERROR_WORDS: dict[str, int] = {"server_error": 500, "rate_limit_exceeded": 429, "rate_limit_error": 429}
+
+
 def _error_status(error: Any) -> int:
-    """The HTTP status an error object's ``code`` names (``503``, ``"503"``), or 0 (``"rate_limit_exceeded"``)."""
-    code = error.get("code") if isinstance(error, dict) else None
+    """The HTTP status an error object's ``code`` names (``503``, ``"503"``), or its words (``_ERROR_WORDS``), or 0
+    (``"invalid_api_key"``)."""
+    if not isinstance(error, dict):
+        return 0
+    code = error.get("code")
     if isinstance(code, str) and code.isascii() and code.isdigit():
         code = int(code)
-    return code if type(code) is int and 100 <= code <= 599 else 0
+    if type(code) is int and 100 <= code <= 599:
+        return code
+    words = (error.get("code"), error.get("type"))
+    return next((_ERROR_WORDS[word] for word in words if isinstance(word, str) and word in _ERROR_WORDS), 0)
 
 
 def _status_kind(status: int) -> ModelErrorKind:
@@ -412,11 +442,36 @@ def request_never_sent(exc: BaseException) -> bool:
     return False
 
 
+def stream_error_event(exc: BaseException) -> bool:
+    """Whether ``exc`` is an error event of a model's stream (``data: {"error": {...}}``), which came after the
+    provider answered HTTP 200 and began the stream (the OpenAI SDK raises it as a plain ``APIError``): its request
+    was sent, and the model may have generated, and been billed for, part of its answer before it failed."""
+    return isinstance(exc, openai.APIError) and not isinstance(exc, openai.APIStatusError | openai.APIConnectionError)
+
+
 def unanswered_after_sending(kind: ModelFailureKind, exc: BaseException) -> bool:
     """Whether a failed call of ``kind`` timed out or was cut after its request was, or may have been, sent (not
-    ``request_never_sent``): the provider may have read its prompt and generated up to its ``max_tokens``, and billed
-    them, while no answer (nor its usage) reached the run. A refusal the provider answered is no such call."""
-    return kind in ("timeout", "connection") and not request_never_sent(exc)
+    ``request_never_sent``), or failed with an error event in its stream (``stream_error_event``): the provider may
+    have read its prompt and generated up to its ``max_tokens``, and billed them, while no answer (nor its usage)
+    reached the run. A refusal the provider answered is no such call."""
+    return (kind in ("timeout", "connection") and not request_never_sent(exc)) or stream_error_event(exc)
+
+
+def _retry_after_s(exc: BaseException) -> float | None:
+    """How long the model server's HTTP answer asked the client to wait (its ``Retry-After``, in seconds or as an
+    HTTP date), or None where it did not say."""
+    from mcpregistry.pool import retry_after_seconds
+
+    # The SDK's response (httpx2's) has the headers httpx's has, which is all the function reads.
+    return retry_after_seconds(exc.response) if isinstance(exc, openai.APIStatusError) else None  # type: ignore[arg-type]
+
+
+def _waits_past_the_cap_text(asked: float, cap: float) -> str:
+    """Why a call its provider asked to wait for longer than the retry policy lets it wait is not sent again."""
+    return _(
+        "The model server asked to wait %(seconds)s s before calling again (Retry-After), longer than the retry "
+        "policy's max_backoff_s (%(cap)s s), so the call is not sent again."
+    ) % {"seconds": f"{asked:g}", "cap": f"{cap:g}"}
 
 
 def _detail(exc: BaseException) -> str:
@@ -431,6 +486,15 @@ def _detail(exc: BaseException) -> str:
             "model's key and the conversation go only to the base URL the address policy checked. Set "
             "model_params.base_url to the address the server names if it is one to use."
         ) % {"status": exc.status_code, "location": exc.response.headers.get("location") or "-"}
+    if isinstance(exc, json.JSONDecodeError) and getattr(exc, "response", None) is not None:
+        # A body the OpenAI SDK could not read as the JSON its content type says (langchain attaches the response).
+        return _detail(ModelReplyNotJson(str(exc.response.headers.get("content-type", ""))))  # type: ignore[attr-defined]
+    if isinstance(exc, ModelReplyNotJson):
+        return _(
+            "The model server's reply is not JSON (content type %(content_type)s): check that model_params.base_url "
+            "is the address of its OpenAI-compatible API (it usually ends in /v1), not of a web page or a login "
+            "proxy."
+        ) % {"content_type": exc.content_type or "-"}
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -456,6 +520,24 @@ def _not_an_object(arguments: Any) -> bool:
         return False
 
 
+def _marked(written: str) -> str:
+    """A call's argument text replaced by the marker object holding it (``_NOT_AN_OBJECT``)."""
+    return json.dumps({_NOT_AN_OBJECT: written}, ensure_ascii=False)
+
+
+def _streamed_arguments(written: str) -> str:
+    """A streamed call's argument text, whole, as the turn is given it: the text itself where it is a JSON object
+    (read as the reply's JSON form reads it) or nothing (an empty object, as langchain reads it), else marked
+    (``_marked``). langchain would read it as JSON cut short and "repair" it (``{"name": "박도`` became
+    ``{"name": "박도"}``): a call the model never finished would run."""
+    if not written:
+        return written
+    try:
+        return written if isinstance(json.loads(written, strict=False), dict) else _marked(written)
+    except ValueError:
+        return _marked(written)
+
+
 def _refused_not_objects(message: AIMessage) -> AIMessage:
     """``message`` with its calls whose arguments were no object (``_NOT_AN_OBJECT``) moved to its invalid tool
     calls, their arguments as the text the model wrote (the gate refuses them: ``args:json``). A content block of
@@ -475,7 +557,7 @@ def _refused_not_objects(message: AIMessage) -> AIMessage:
         ]
     invalid = [
         invalid_tool_call(
-            name=c["name"], args=str(c["args"][_NOT_AN_OBJECT]), id=c["id"], error="the arguments are not an object"
+            name=c["name"], args=str(c["args"][_NOT_AN_OBJECT]), id=c["id"], error="the arguments are no JSON object"
         )
         for c in refused
     ]
@@ -493,6 +575,30 @@ def _with_refused_not_objects(result: ChatResult) -> ChatResult:
         if isinstance(generation.message, AIMessage):
             generation.message = _refused_not_objects(generation.message)
     return result
+
+
+def _arguments_held_back(chunk: ChatGenerationChunk, written: dict[int, str]) -> ChatGenerationChunk:
+    """``chunk`` without the argument text of its tool call pieces, which is added to ``written`` (by the call's
+    index) instead. A piece with no index is a call of its own, as langchain joins none to it: its text stays,
+    checked (``_streamed_arguments``)."""
+    message = chunk.message
+    if not isinstance(message, AIMessageChunk) or not message.tool_call_chunks:
+        return chunk
+    pieces = []
+    for piece in message.tool_call_chunks:
+        text, index = piece.get("args") or "", piece.get("index")
+        if index is not None:
+            written[index] = written.get(index, "") + text
+        args = _streamed_arguments(text) if index is None else ""
+        pieces.append(tool_call_chunk(name=piece.get("name"), args=args, id=piece.get("id"), index=index))
+    # Made anew, so that its calls are read from the pieces as they are now.
+    kept = {name: getattr(message, name) for name in type(message).model_fields if name not in _CALL_FIELDS}
+    return ChatGenerationChunk(
+        message=AIMessageChunk(**kept, tool_call_chunks=pieces), generation_info=chunk.generation_info
+    )
+
+
+_CALL_FIELDS = ("tool_calls", "invalid_tool_calls", "tool_call_chunks")
 
 
 # The usage of the Converse reply being read (``PlatformChatBedrockConverse._generate``), as the client's
@@ -542,7 +648,9 @@ class _RetriedByKind:
         while True:
             attempt += 1
             try:
-                return super().invoke(input, config, **kwargs)  # type: ignore[misc,no-any-return]
+                message = super().invoke(input, config, **kwargs)  # type: ignore[misc]
+                # A streamed turn's calls whose argument text is no JSON object were marked as it ended.
+                return _refused_not_objects(message) if isinstance(message, AIMessage) else message
             except MUST_PROPAGATE:
                 raise
             except Exception as exc:
@@ -554,12 +662,19 @@ class _RetriedByKind:
                 resend = (
                     usage is None
                     and kind in policy.on
-                    and (self.retry_sent_requests or kind not in ("connection", "timeout") or request_never_sent(exc))
+                    and (self.retry_sent_requests or not unanswered_after_sending(kind, exc))
                 )
                 if not resend or attempt >= policy.max_attempts:
                     raise ModelCallFailed(kind=kind, detail=_detail(exc), attempts=attempt, usage=usage) from exc
                 delay = min(policy.max_backoff_s, policy.backoff_s * 2 ** (attempt - 1))
                 delay *= 0.5 + random.random() / 2  # noqa: S311 - jitter, not a secret
+                # The provider's ``Retry-After`` is waited for: sent sooner, the call is refused again. A wait longer
+                # than the policy lets a call wait fails the call now, quoting it.
+                asked = _retry_after_s(exc)
+                if asked is not None and asked > policy.max_backoff_s:
+                    detail = f"{_detail(exc)} {_waits_past_the_cap_text(asked, policy.max_backoff_s)}"
+                    raise ModelCallFailed(kind=kind, detail=detail, attempts=attempt) from exc
+                delay = max(delay, asked or 0.0)
                 logger.info("model call failed (%s), attempt %d; retrying in %.2fs", kind, attempt, delay)
                 self._stop_if_cancelled()
                 time.sleep(delay)
@@ -586,19 +701,32 @@ class PlatformChatOpenAI(_RetriedByKind, ChatOpenAI):  # type: ignore[misc]
 
     def _stream(self, *args: Any, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         # A stream that stops without a finish reason was cut (a server's connection-close framing ends it cleanly):
-        # its text is a first part, with no usage, and must not pass as the model's answer.
+        # its text is a first part, with no usage, and must not pass as the model's answer. Each tool call's
+        # argument text is held back until the stream has ended, then given whole, marked where it is no JSON
+        # object (``_streamed_arguments``): the turn's invalid call, as in the reply's JSON form (``invoke``).
         stopped = False
+        written: dict[int, str] = {}
         for chunk in super()._stream(*args, **kwargs):
             stopped = stopped or bool((chunk.generation_info or {}).get("finish_reason"))
-            yield chunk
+            yield _arguments_held_back(chunk, written)
         if not stopped:
             raise ModelStreamCutShort(
                 "the model's stream ended before it said why the model stopped (no finish_reason)"
             )
+        if written:
+            whole = [
+                tool_call_chunk(name=None, args=_streamed_arguments(text), id=None, index=index)
+                for index, text in written.items()
+            ]
+            yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=whole))
 
     def _create_chat_result(self, response: Any, generation_info: dict[str, Any] | None = None) -> ChatResult:
         # langchain-openai builds the turn's message with the parsed arguments of each call, and a pydantic error
         # fails the whole turn for arguments that are JSON but no object. Marked here, refused as invalid calls.
+        if isinstance(response, str):
+            # The OpenAI SDK gives the reply's text where its content type is no JSON, and langchain's failure quoted
+            # the page: told by its content type (``_REPLY_CONTENT_TYPE``), without it.
+            raise ModelReplyNotJson(_REPLY_CONTENT_TYPE.get())
         answer = response.model_dump(warnings=False) if isinstance(response, openai.BaseModel) else response
         if isinstance(answer, dict) and answer.get("error"):
             raise ModelErrorAnswer(answer["error"])  # langchain raised a ValueError, read as no kind of failure
@@ -616,7 +744,7 @@ class PlatformChatOpenAI(_RetriedByKind, ChatOpenAI):  # type: ignore[misc]
                     changed = True
                 elif isinstance(function, dict) and _not_an_object(arguments):
                     written = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-                    function["arguments"] = json.dumps({_NOT_AN_OBJECT: written}, ensure_ascii=False)
+                    function["arguments"] = _marked(written)
                     changed = marked = True
         try:
             result = super()._create_chat_result(answer if changed else response, generation_info)
@@ -724,9 +852,20 @@ def _openai_http_clients() -> tuple[Any, Any]:
     session cookie set for one agent's requests went with the next agent's (identified, limited or billed as the
     first)."""
     return (
-        openai.DefaultHttpxClient(follow_redirects=False, cookies=_no_cookies()),
+        openai.DefaultHttpxClient(
+            follow_redirects=False, cookies=_no_cookies(), event_hooks={"response": [_note_content_type]}
+        ),
         openai.DefaultAsyncHttpxClient(follow_redirects=False, cookies=_no_cookies()),
     )
+
+
+# The content type of the latest answer a model server gave a call in this context (the sync client's hook): the
+# OpenAI SDK hands a reply that is no JSON over as its bare text, and ``ModelReplyNotJson`` says what it was.
+_REPLY_CONTENT_TYPE: ContextVar[str] = ContextVar("reply_content_type", default="")
+
+
+def _note_content_type(response: Any) -> None:
+    _REPLY_CONTENT_TYPE.set(str(response.headers.get("content-type", "")))
 
 
 def _no_cookies() -> http.cookiejar.CookieJar:

@@ -300,7 +300,7 @@ def test_an_error_object_with_http_200_is_retried_as_the_server_error_it_names(d
         ({"code": 503}, "unavailable"),
         ({"code": "502"}, "unavailable"),
         ({"code": 429}, "throttled"),
-        ({"code": "rate_limit_exceeded"}, "error"),
+        ({"code": "rate_limit_exceeded"}, "throttled"),  # OpenAI's own word for a 429
         ({"code": True}, "error"),
         ("overloaded", "error"),
     ],
