@@ -179,8 +179,7 @@ def _is_secret_key(key: str) -> bool:
         return True
     words = _KEY_SEPARATORS.split(_CAMEL_BOUNDARY.sub("_", key).lower())
     return any(
-        word in _SECRET_KEY_WORDS
-        and (word != "pass" or i + 1 == len(words) or words[i + 1] not in _PASS_MEASURE_WORDS)
+        word in _SECRET_KEY_WORDS and (word != "pass" or i + 1 == len(words) or words[i + 1] not in _PASS_MEASURE_WORDS)
         for i, word in enumerate(words)
     )
 
