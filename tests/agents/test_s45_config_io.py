@@ -208,3 +208,24 @@ def test_a_file_in_another_encoding_is_told_to_be_saved_as_utf8(tmp_path: Path, 
     with pytest.raises(CommandError) as refused:
         call_command("import_config", str(path), stdout=io.StringIO())
     assert said in str(refused.value)
+
+
+# --- 7. a multi-line text in the YAML export ------------------------------------------------------------------
+
+
+def test_a_multi_line_prompt_is_a_literal_block_in_yaml_and_comes_back_as_itself(tmp_path: Path) -> None:
+    prompt = "당신은 회사 정보를 답합니다.\n- 모르면 모른다고 말하세요.\n😀 끝\n"
+    tabbed = "첫 줄\n\t탭으로 시작하는 줄"  # a block cannot hold a tab as it is: double-quoted, as before
+    config_import(actor="t", document={"agents": [{"slug": "ml", "system_prompt": prompt}]})
+    config_import(actor="t", document={"agents": [{"slug": "tab", "system_prompt": tabbed}]})
+    path = tmp_path / "export.yaml"
+    call_command("export_config", "--format", "yaml", "-o", str(path), stderr=io.StringIO())
+    text = path.read_text(encoding="utf-8")
+
+    assert "system_prompt: |\n    당신은 회사 정보를 답합니다.\n    - 모르면 모른다고 말하세요.\n    😀 끝\n" in text
+    assert "\\U0001F600" not in text
+    out = io.StringIO()
+    call_command("import_config", str(path), "--format", "yaml", stdout=out, stderr=io.StringIO())
+    assert Agent.objects.get(slug="ml").system_prompt == prompt
+    assert Agent.objects.get(slug="tab").system_prompt == tabbed
+    assert out.getvalue().endswith("created 0, updated 0, unchanged 2\n")

@@ -30,6 +30,11 @@ _FOLDED_BREAKS = ("\x85", "\u2028", "\u2029")
 def _text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
     if any(mark in text for mark in _FOLDED_BREAKS):
         return dumper.represent_scalar("tag:yaml.org,2002:str", text, style='"')
+    if "\n" in text:
+        # A multi-line text (a system prompt, an answer template) as a literal block, a line a line as a reviewer
+        # reads it (it was one double-quoted line of \n, an emoji as \U0001F600); the emitter falls back to double
+        # quotes where a block cannot hold the text as it is (a tab, a control character).
+        return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|")
     return dumper.represent_str(text)
 
 
