@@ -813,6 +813,9 @@ class _Timeline:
                     gettext("It timed out after its request was sent.")
                     if entry.get("unanswered") == "timeout"
                     else gettext("Its connection was cut after its request was sent.")
+                    if entry.get("unanswered") == "connection"
+                    # An error event in a stream that had begun (``agents.providers.stream_error_event``).
+                    else gettext("Its answer had begun when the model server sent an error instead of the rest.")
                 )
                 + " "
                 + gettext("It is charged an estimate: its input and the max_tokens it was given.")

@@ -103,3 +103,16 @@ def test_a_known_errors_message_is_said_in_the_readers_words(admin_client, monke
     run = a_run(status=Run.Status.FAILED, answer="", error_code=code, error_message=stored)
     error = next(s for s in agents.admin_runs.run_timeline(run) if s.kind == "error")
     assert error.result == shown
+
+
+def test_a_turn_cut_by_an_error_event_mid_stream_says_so_not_that_its_connection_was_cut(admin_client) -> None:
+    run = a_run(status=Run.Status.FAILED, answer="", error_code="model:unavailable", error_message="x")
+    events(
+        run,
+        ("model_turn", {"type": "ai", "content": "", "usage_estimated": True, "unanswered": "unavailable"}),
+        ("model_turn", {"type": "ai", "content": "", "usage_estimated": True, "unanswered": "connection"}),
+    )
+    found = timeline(admin_client, run)
+    turns = [step for step in found if step[1].startswith("model turn")]
+    assert "an error instead of the rest" in turns[0][2] and "connection was cut" not in turns[0][2]
+    assert "connection was cut" in turns[1][2]
