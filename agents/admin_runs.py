@@ -48,6 +48,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.errors import ApplicationError
+from agents.agent_settings_form import RANKER_CHOICES
 from agents.api.config import api_setting
 from agents.api.events import RunEventFeed, stream_async, stream_sync
 from agents.api.throttling import StreamSlot
@@ -924,7 +925,8 @@ class _Timeline:
         if ranker == "none":
             notes.append(gettext("every allowed tool offered (no ranking needed)"))
         elif ranker:
-            notes.append(gettext("ranker: %(ranker)s") % {"ranker": ranker})
+            words = dict(RANKER_CHOICES).get(ranker)  # the words the agent's page offers it by
+            notes.append(gettext("ranker: %(ranker)s") % {"ranker": f"{words} ({ranker})" if words else ranker})
         fallback = _str(entry.get("fallback"))
         if fallback:
             notes.append(gettext("fell back: %(why)s") % {"why": _code_in_words(fallback)})

@@ -736,7 +736,10 @@ class Agent(AuditedModel):
                     "flow.mcp_id: "
                     + str(
                         _("'%(mcp_id)s' is not a server this agent can call; choose one of: %(servers)s")
-                        % {"mcp_id": mcp_id, "servers": ", ".join(callable_ids) or "—"}
+                        % {
+                            "mcp_id": mcp_id,
+                            "servers": ", ".join(callable_ids) or _("none: bind a server to this agent first"),
+                        }
                     )
                 )
         elif self.flow_graph in FLOW_TEMPLATES:
@@ -751,7 +754,10 @@ class Agent(AuditedModel):
                             "the flow calls the default server '%(mcp_id)s' (PLATFORM_FLOW_DEFAULT_MCP_ID), which "
                             "is not a server this agent can call; choose one of: %(servers)s"
                         )
-                        % {"mcp_id": default_mcp_id(), "servers": ", ".join(callable_ids) or "—"}
+                        % {
+                            "mcp_id": default_mcp_id(),
+                            "servers": ", ".join(callable_ids) or _("none: bind a server to this agent first"),
+                        }
                     )
                 )
         return problems

@@ -114,6 +114,14 @@ def test_a_template_flow_with_no_server_named_must_bind_the_default_server() -> 
     agent.full_clean()
 
 
+def test_a_flow_of_an_agent_that_binds_no_server_is_told_to_bind_one() -> None:
+    agent = as_flow(react_agent())
+    with pytest.raises(ValidationError) as refused:
+        agent.full_clean()
+    [problem] = refused.value.message_dict["model_params"]
+    assert problem.endswith("choose one of: none: bind a server to this agent first"), problem  # it ended "—"
+
+
 @pytest.mark.parametrize("graph", ["agents.flows.parallel.build_graph", "agents.flows.http_pipeline.build_graph"])
 def test_every_template_is_checked_and_the_service_refuses_it_too(graph: str) -> None:
     agent = as_flow(react_agent(server("hr-data")), graph)

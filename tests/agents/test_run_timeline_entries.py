@@ -103,7 +103,7 @@ def test_each_new_entry_says_what_happened_in_words(admin_client) -> None:
     selection = step_with(found, "tools offered for turn 1")
     assert "team (named by a rule), org (ranked 0.41)" in selection[2]
     assert (
-        "ranker: lexical" in selection[2]
+        "ranker: lexical (BM25, no network) (lexical)" in selection[2]
         and "fell back:" in selection[2]
         and "embedding:not_configured" in selection[2]
     )
