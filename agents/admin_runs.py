@@ -836,6 +836,10 @@ class _Timeline:
         # answer, as a rule's call is.
         step.result = visible_text(_tool_data_shown(content) if failed else _tool_answer_shown(content))
         events = self.pass_calls(call_id)
+        if events and events[0].tool:
+            # By the tool's own server and name, as a rule's call is titled (the model's name for it may be an
+            # alias, ``tool_6c077b03`` for ``직원.검색``, or carry the agent's prefix): beside it where it differs.
+            step.title = _offered_name({"name": step.title, "tool": events[0].tool, "mcp_id": events[0].mcp_id})
         if events and events[0].args:
             step.with_args(events[0].args)
         _call_step(step, events, ok_in_trace=False if failed else None, error=_str(entry.get("error")))

@@ -257,3 +257,15 @@ def test_forced_fallback_and_the_embedding_fallback_read_in_words(admin_client: 
     assert "sds-company-data.get_asset_status_backup (fallback of a failed tool)" in page
     assert "fell back: no embedding service is configured; tools ranked by keywords (embedding:not_configured)" in page
     assert "(forced)" not in page and "(fallback)" not in page
+
+
+def test_a_tool_call_step_is_titled_by_its_servers_own_name_with_the_alias_beside_it(admin_client: Client) -> None:
+    """The model-facing alias (``tool_1bf4f48b`` for ``직원.검색``) alone named nothing an admin knows."""
+    listed_server("hr", HR_TOOLS)
+    agent = scripted(
+        [McpServer.objects.get(mcp_id="hr")],
+        [{"tool_calls": [{"name": ALIASES["직원.검색"], "args": {}}]}, {"content": "끝"}],
+        {"enabled": True, "top_k": 1, "max_widenings": 1},
+    )
+    page = page_text(admin_client, run_query(agent, "자산 상태 조회"))
+    assert f"tool call hr.직원.검색 as {ALIASES['직원.검색']}" in page, page
