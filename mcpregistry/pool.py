@@ -1372,7 +1372,22 @@ def _describe(exc: BaseException) -> str:
         return _unmatched_answer_text(unmatched)
     # httpx appends "For more information check: https://developer.mozilla.org/…": noise in a health error.
     text = str(exc).split("\nFor more information check:")[0].strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    raw = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    words = _transport_failure_words(exc)
+    return f"{words} ({raw})" if words else raw
+
+
+def _transport_failure_words(exc: BaseException) -> str | None:
+    """What a transport library's own words for the commonest failures mean, in the reader's language (an admin
+    met ``ConnectError: All connection attempts failed`` on a Korean page): said before them, which stay beside."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return _("nothing answered at that address in time")
+    if isinstance(exc, httpx.ConnectError):
+        return _("nothing answers at that address (the connection was refused, or the host cannot be reached)")
+    if isinstance(exc, McpError) and "connection closed" in str(exc).lower():
+        return _("the server closed the connection before it answered (its program may have exited, or it is no "
+                 "MCP server)")  # fmt: skip
+    return None
 
 
 def _http_error_text(response: httpx.Response) -> str:

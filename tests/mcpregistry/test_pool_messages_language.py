@@ -98,7 +98,13 @@ def test_a_server_that_cannot_be_reached_is_said_so_in_the_callers_language(
     assert korean.startswith(prefix), korean
     assert "서버 'dead-http'" in korean
     assert "ConnectError" in korean  # the exception's own words are the parameter, untranslated
-    assert english.startswith("server 'dead-http' could not be reached: ConnectError"), english
+    # The transport's own words beside what they mean (an admin met them bare on a Korean page).
+    assert english.startswith("server 'dead-http' could not be reached: nothing answers at that address"), english
+    assert "(ConnectError: All connection attempts failed)" in english
+    assert (
+        _in_korean("nothing answers at that address (the connection was refused, or the host cannot be reached)")
+        in korean
+    )
 
 
 def test_a_server_that_cannot_be_started_is_said_so_in_the_callers_language(
@@ -167,7 +173,7 @@ def test_a_discovery_stores_last_error_in_the_language_it_ran_in(language: str, 
         assert server.last_error.startswith(prefix), server.last_error
         assert "could not be reached" not in server.last_error
     else:
-        assert server.last_error.startswith("server 'dead-http' could not be reached: ConnectError")
+        assert server.last_error.startswith("server 'dead-http' could not be reached: nothing answers at that")
 
 
 @pytest.mark.django_db
