@@ -47,3 +47,19 @@ def test_the_key_and_model_id_show_for_the_providers_that_read_them(admin_in_bro
     submit(browser, browser.find_element(By.NAME, "_save"))
     assert "Bedrock takes no model API key" in browser.page_source
     assert _shown(browser, "new_model_api_key") and not _shown(browser, "model_api_key_from_env")
+
+
+def test_the_model_parameters_example_is_a_flows_option_in_flow_mode(admin_in_browser: Any) -> None:
+    """A flow reads only its options of the model parameters: the box showed a model's temperature as its example."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser = admin_in_browser
+    browser.get(f"{browser.base_url}/admin/agents/agent/add/")
+    box = browser.find_element(By.NAME, "model_params__lines")
+    assert box.get_attribute("placeholder").startswith("temperature=0.2")
+    mode = Select(browser.find_element(By.NAME, "mode"))
+    mode.select_by_value("flow")
+    assert box.get_attribute("placeholder") == "flow.mcp_id=sds-company-data"
+    mode.select_by_value("react")
+    assert box.get_attribute("placeholder").startswith("temperature=0.2")

@@ -11,11 +11,19 @@
     model_id: ["openai_compatible", "bedrock", "scripted"],
   };
 
+  const FLOW_PLACEHOLDER = "flow.mcp_id=sds-company-data";
+
   function apply() {
     const mode = document.getElementById("id_mode");
     if (!mode) return;
     document.querySelectorAll("fieldset.agent-mode-flow").forEach((el) => { el.hidden = mode.value !== "flow"; });
     document.querySelectorAll("fieldset.agent-mode-react").forEach((el) => { el.hidden = mode.value === "flow"; });
+    // A flow reads only its options (flow.KEY) of the model parameters: the box's example says so, not a model's.
+    const params = document.querySelector('textarea[name="model_params__lines"]');
+    if (params) {
+      if (params.dataset.modelPlaceholder === undefined) params.dataset.modelPlaceholder = params.placeholder;
+      params.placeholder = mode.value === "flow" ? FLOW_PLACEHOLDER : params.dataset.modelPlaceholder;
+    }
     const provider = document.getElementById("id_model_provider");
     if (!provider) return;
     Object.entries(BY_PROVIDER).forEach(([name, providers]) => {
