@@ -83,6 +83,7 @@ def test_an_open_admin_stream_ends_once_its_session_may_no_longer_view_the_run(
     assert "나중" not in rest and "API key" not in rest
 
 
+@pytest.mark.slow
 def test_a_stream_still_signed_in_runs_on_until_it_is_open_too_long(every_poll_rechecks: None) -> None:
     client = logged_in(staff("operator", perms=("agents.view_run",)))
     run = a_run(status=Run.Status.RUNNING)
@@ -91,6 +92,7 @@ def test_a_stream_still_signed_in_runs_on_until_it_is_open_too_long(every_poll_r
     assert "id: 1\n" in body and "event: error" not in body and "open too long" in body
 
 
+@pytest.mark.slow
 def test_a_user_who_may_change_runs_keeps_the_stream_the_run_page_lets_them_open(every_poll_rechecks: None) -> None:
     client = logged_in(staff("canceller", perms=("agents.change_run",)))
     run = a_run(status=Run.Status.RUNNING)

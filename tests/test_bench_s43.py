@@ -69,6 +69,7 @@ def test_the_load_outcomes_count_each_way_a_run_did_not_succeed() -> None:
     assert counts == {"succeeded": 1, "lost": 4, "failed": 1, "cancelled": 1, "unfinished": 2}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [

@@ -125,6 +125,7 @@ def test_run_query_exits_with_its_own_status_for_a_run_awaiting_approval(monkeyp
     assert "/api/v1/" not in message
 
 
+@pytest.mark.slow
 def test_run_query_inline_is_executed_here_and_never_sent_to_a_worker(
     monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:

@@ -392,6 +392,7 @@ def test_auth_keys_are_still_masked(line: str, masked: str) -> None:
 # --- 7. warnings as JSON ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_python_warnings_are_json_log_lines_with_log_format_json(tmp_path: Path) -> None:
     script = (
         "import warnings\n"

@@ -145,6 +145,7 @@ def test_the_demos_servers_have_korean_names_with_the_english_in_brackets() -> N
     assert Agent.objects.get(slug="company-assistant").name == "회사 정보 도우미 (company assistant)"
 
 
+@pytest.mark.slow
 def test_seed_demo_run_again_keeps_the_names_an_admin_gave_the_demos_servers() -> None:
     seed()
     for server in McpServer.objects.all():

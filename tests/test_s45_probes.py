@@ -157,6 +157,7 @@ print(json.dumps([response.status_code, response.json()["checks"]]))
 """
 
 
+@pytest.mark.slow
 def test_readyz_of_a_database_never_migrated_says_so(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_SETUP_VARIABLES)}
     env.update(PLATFORM_VAR_DIR=str(tmp_path / "var"), DJANGO_SETTINGS_MODULE="agent_platform.settings")

@@ -75,6 +75,7 @@ def json_lines() -> Iterator[tuple[list[dict[str, Any]], list[logging.LogRecord]
 # --- 1. an approval awaited is no error ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_rules_write_waiting_for_approval_is_a_parked_span_not_an_error(spans, writer) -> None:  # noqa: F811
     run, _client = writer

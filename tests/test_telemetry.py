@@ -52,6 +52,7 @@ def by_name(finished: Any) -> dict[str, list[Any]]:
     return named
 
 
+@pytest.mark.slow
 def test_a_run_is_one_trace_from_the_publisher_through_the_broker_to_the_worker_and_the_mcp_server(
     spans, probe_agent
 ) -> None:

@@ -114,6 +114,7 @@ def writer(db: Any, tmp_path: Path) -> Iterator[tuple[Agent, APIClient]]:
     get_default_pool().close("notes")
 
 
+@pytest.mark.slow
 def test_the_pass_resumed_by_an_approval_in_another_request_is_linked_to_the_runs_first_trace(
     spans: Any, writer: tuple[Agent, APIClient], broker_queue: Any
 ) -> None:

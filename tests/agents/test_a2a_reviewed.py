@@ -105,6 +105,7 @@ def test_a_reply_in_another_context_is_still_refused(api_caller: ApiCaller, demo
 # --- 2. no free stream slot: a JSON-RPC error ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["SendStreamingMessage", "SubscribeToTask"])
 def test_a_stream_refused_for_want_of_a_slot_is_a_json_rpc_error_in_a_429(
     api_caller: ApiCaller, demo_agent: Agent, settings: Any, method: str

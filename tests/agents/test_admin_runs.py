@@ -227,6 +227,7 @@ def test_the_runs_list_writes_dates_as_the_run_page_and_the_audit_do(admin_clien
     assert "오전" not in page and "a.m." not in page
 
 
+@pytest.mark.slow
 def test_a_runs_arguments_are_a_row_each_and_a_followed_fallback_reads_as_such(admin_client) -> None:
     """The rule's parameters, the deterministic call's and the model's tool call's arguments a row each, as an
     approval's; an offline run that followed the contract's fallback shows the failed call and the backup."""

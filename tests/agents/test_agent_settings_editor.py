@@ -175,6 +175,7 @@ def test_names_outside_the_agent_are_refused_next_to_the_field_listing_the_valid
     assert picker.tool_selection == {}
 
 
+@pytest.mark.slow
 def test_a_key_the_settings_do_not_have_is_named_with_the_valid_keys(admin_client: Client, picker: Agent) -> None:
     data = post_data(picker, tool_selection=json.dumps({"topk": 3}))  # a script posting the JSON itself
     page = admin_client.post(change_url(picker), data).content.decode()

@@ -153,6 +153,7 @@ def test_arguments_the_contract_refuses_are_refused_before_anyone_is_asked(db: N
     assert lines(notes) == []
 
 
+@pytest.mark.slow
 def test_an_approval_whose_exact_arguments_do_not_match_its_hash_is_still_refused(
     db: None, notes: Path, django_capture_on_commit_callbacks: Any
 ) -> None:

@@ -37,6 +37,7 @@ def test_an_expired_write_leaves_one_audit_event(writer, notes, django_capture_o
     assert len(expiry_events(run)) == 1
 
 
+@pytest.mark.slow
 def test_a_decision_that_comes_too_late_audits_the_expiry_once(
     writer,  # noqa: F811
     notes,  # noqa: F811

@@ -66,6 +66,7 @@ def passes_made_twice(run: Run) -> None:
 # ---- 1. a call id the model gives again, with other arguments ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_pass_made_again_whose_model_gives_another_write_the_same_id_asks_for_that_write(
     writer, notes, monkeypatch, django_capture_on_commit_callbacks
 ) -> None:
@@ -105,6 +106,7 @@ def test_a_pass_made_again_whose_model_gives_another_write_the_same_id_asks_for_
     assert approved.args == {"text": "B: 100만원 송금"}
 
 
+@pytest.mark.slow
 def test_a_sandboxed_write_made_again_under_its_id_with_other_arguments_is_not_told_the_first_ones_outcome(
     writer, notes, monkeypatch
 ) -> None:

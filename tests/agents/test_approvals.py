@@ -208,6 +208,7 @@ def test_a_worker_restart_between_approval_and_execution_still_executes_once(wri
     assert Run.objects.get(pk=run.pk).status == Run.Status.SUCCEEDED
 
 
+@pytest.mark.slow
 def test_an_execution_cut_short_is_never_repeated(writer, notes) -> None:
     run, _client = writer
     approval = park(run)
@@ -221,6 +222,7 @@ def test_an_execution_cut_short_is_never_repeated(writer, notes) -> None:
     assert lines(notes) == []
 
 
+@pytest.mark.slow
 def test_an_admin_approves_in_the_admin(writer, notes, django_capture_on_commit_callbacks) -> None:
     run, _client = writer
     approval = park(run)

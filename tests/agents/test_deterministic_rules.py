@@ -136,6 +136,7 @@ def test_the_keyword_example_calls_get_order(rules_as) -> None:
     assert called(run(rules_as, "주문 조회 부탁해")) == [("order-service", "get_order", {"query": "주문 조회 부탁해"})]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_the_chatbot_id_example_routes_by_a2a_context(rules_as) -> None:
     result = run(rules_as, "내 등급 알려줘", context={"chatbotId": "premium-support", "userId": "u-77"})

@@ -109,6 +109,7 @@ def test_a_lone_surrogate_in_an_openai_tool_call_is_replaced_and_the_servers_bre
     assert run.token_usage["model_calls"] == 2
 
 
+@pytest.mark.slow
 def test_a_lone_surrogate_in_the_text_beside_a_call_does_not_fail_the_next_model_request(demo_server) -> None:
     turn = {"content": f"찾아볼게요 {LONE}", "tool_calls": [tool_call("c1", json.dumps({"name": "박도윤"}))]}
     with raw_model_server(answering([completion(turn, "tool_calls"), completion({"content": "끝"})])) as model:
@@ -245,6 +246,7 @@ def test_a_bedrock_tool_use_stopped_short_is_never_sent(
     assert {"type": "outcome", "reason": code, "stop_reason": stop_reason} in run.messages
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("calls", [False, True], ids=["text", "tool_call"])
 def test_an_openai_turn_the_content_filter_stopped_fails_and_sends_nothing(demo_server, calls: bool) -> None:
     turn: dict[str, Any] = {"content": "박도윤 님의 연봉은"}
@@ -282,6 +284,7 @@ def test_a_reply_with_no_choice_fails_as_empty_with_its_tokens_counted(demo_serv
     assert (run.token_usage["input_tokens"], run.token_usage["model_calls"]) == (5, 1)
 
 
+@pytest.mark.slow
 def test_an_error_object_with_http_200_is_retried_as_the_server_error_it_names(demo_server) -> None:
     overloaded = json.dumps({"error": {"message": "model overloaded", "code": 503}}).encode()
     with raw_model_server(answering([overloaded])) as model:

@@ -81,6 +81,7 @@ def assert_failed_unsent(run: Run, version_url: str) -> None:
     assert NEW_KEY not in run.error_message
 
 
+@pytest.mark.slow
 def test_a_rolled_back_version_does_not_send_the_new_vendors_key_to_its_old_host(demo_server: Any) -> None:
     with two_vendors() as (old, new):
         agent = llm_agent(demo_server, old.base_url, OLD_KEY)
@@ -98,6 +99,7 @@ def test_a_rolled_back_version_does_not_send_the_new_vendors_key_to_its_old_host
     assert len(new.requests) == 1
 
 
+@pytest.mark.slow
 def test_a_draft_moved_to_another_vendor_does_not_send_its_key_to_the_live_versions_host(demo_server: Any) -> None:
     with two_vendors() as (old, new):
         agent = llm_agent(demo_server, old.base_url, "sk-old-aaaa1111")
@@ -110,6 +112,7 @@ def test_a_draft_moved_to_another_vendor_does_not_send_its_key_to_the_live_versi
     assert (old.requests, new.requests) == ([], [])
 
 
+@pytest.mark.slow
 def test_a_shadow_and_an_eval_of_a_version_with_another_endpoint_fail_the_same_way(demo_server: Any) -> None:
     with two_vendors() as (old, new):
         agent = llm_agent(demo_server, old.base_url, OLD_KEY)
@@ -153,6 +156,7 @@ def test_an_agent_without_a_key_still_runs_a_version_with_another_endpoint(demo_
     assert (len(old.requests), new.requests) == (1, [])
 
 
+@pytest.mark.slow
 def test_a_version_of_a_model_without_a_base_url_is_unaffected_by_the_agents_key(demo_server: Any) -> None:
     agent = make_agent(
         slug="llm", servers=[demo_server], provider="scripted", script=[{"content": "scripted"}], with_demo_rules=False

@@ -200,6 +200,7 @@ def test_an_import_naming_a_flow_graph_that_is_not_registered_is_refused(
     assert not Agent.objects.filter(slug="imported-flow").exists()
 
 
+@pytest.mark.slow
 def test_a_registered_flow_graph_imports(demo_server: Any, settings: Any) -> None:
     settings.PLATFORM_FLOW_GRAPHS = [BRANCHES]
     config_import(actor="t", document={"agents": [flow_entry(BRANCHES)]})

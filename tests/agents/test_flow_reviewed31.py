@@ -267,6 +267,7 @@ def test_a_bug_beside_a_parked_write_inside_a_subgraph_fails_the_run_too(side_ef
     assert lines(file) == ["read:sub-read"]
 
 
+@pytest.mark.slow
 def test_a_node_that_turns_its_park_into_its_own_error_still_waits_for_the_approval(
     side_effects: tuple[McpServer, Path],
 ) -> None:

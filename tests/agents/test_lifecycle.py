@@ -130,6 +130,7 @@ def test_a_claim_takes_a_queued_run_in_this_workers_name_with_a_lease(demo_agent
     assert timedelta(seconds=59) < run.lease_expires_at - before < timedelta(seconds=61)
 
 
+@pytest.mark.slow
 def test_a_claim_whose_read_went_stale_takes_nothing_and_keeps_the_first_start(demo_agent, monkeypatch) -> None:
     """The claim computes the run's new delivery count and first start from the row it read; its compare-and-swap
     pins what it read, so a run that was claimed, parked and queued again meanwhile (its first start set) is not
@@ -243,6 +244,7 @@ def test_the_heartbeat_thread_renews_the_lease_until_it_is_stopped(demo_agent, s
     assert fresh(run).lease_expires_at == last
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_one_thread_beats_every_claim_of_the_process_and_drops_a_lost_one(demo_agent, settings, caplog) -> None:
     settings.PLATFORM_RUN_LEASE_S = 0.6

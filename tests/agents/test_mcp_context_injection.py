@@ -131,6 +131,7 @@ def test_a_servers_own_read_resource_tool_keeps_the_platforms_from_being_offered
     assert not AuditEvent.objects.filter(run_id=run.id, action="resource.read").exists()
 
 
+@pytest.mark.slow
 def test_the_form_refuses_the_read_resource_tool_beside_a_servers_tool_of_that_name(context_server) -> None:
     problems = context_problems({"read_resource_tool": True}, servers=[context_server])
     assert any(p.startswith("read_resource_tool: the server ctx has a tool named read_resource") for p in problems)

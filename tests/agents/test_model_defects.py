@@ -203,6 +203,7 @@ def test_openai_compatible_tool_choice_any_is_forced_once_and_none_on_every_turn
 # --- 4. tool_choice "none" on Bedrock: no tool named "none" ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bedrock_tool_choice_none_gives_the_model_no_tools(demo_server, stubbed_bedrock) -> None:
     agent = bedrock_agent(demo_server, "choice-none")
     agent.model_params = {**agent.model_params, "tool_choice": "none"}
@@ -223,6 +224,7 @@ def test_bedrock_tool_choice_none_gives_the_model_no_tools(demo_server, stubbed_
 # --- 5. a refused signature is an auth failure --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("code", "status"),
     [

@@ -216,6 +216,7 @@ def test_a_converse_reply_langchain_cannot_read_fails_with_its_tokens_counted(
 # --- 2. a context-window overflow told as an error ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_bedrock_input_too_long_is_model_context_window_and_never_retried(demo_server: Any, stubbed: Any) -> None:
     for _ in range(3):
         stubbed.add_client_error(
@@ -309,6 +310,7 @@ def test_a_run_cancelled_during_its_model_calls_retries_is_not_sent_again(demo_s
 # --- 6. a cap on one turn's tool calls ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_turns_tool_calls_past_the_cap_are_refused_audited_and_never_sent(
     demo_server: Any, stubbed: Any, settings: Any
 ) -> None:

@@ -62,6 +62,7 @@ def test_the_gate_keeps_a_read_tools_own_error_text_apart_from_the_models_guidan
     assert result.as_dict()["tool_error_text"] == result.tool_error_text
 
 
+@pytest.mark.slow
 def test_an_offline_run_tells_the_user_what_the_tool_said(db: None) -> None:
     server = bind_demo_server(mcp_id="assets")
     agent = make_agent(slug="offline-tool-text", servers=[server])
@@ -71,6 +72,7 @@ def test_an_offline_run_tells_the_user_what_the_tool_said(db: None) -> None:
     assert "get_asset_status_backup" not in run.error_message
 
 
+@pytest.mark.slow
 def test_a_secret_in_the_tools_error_text_is_masked_in_the_message_the_user_reads(
     db: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -209,6 +209,7 @@ def test_a_server_that_is_not_there_fails_the_run_with_model_connection(demo_ser
     assert (run.status, run.error_code) == (Run.Status.FAILED, "model:connection")
 
 
+@pytest.mark.slow
 def test_a_server_too_slow_for_the_timeout_fails_the_run_with_model_timeout(demo_server) -> None:
     turns = [{"delay_s": 3, "content": "late"}]
     with ScriptedOpenAIServer(turns).running() as server:
@@ -225,6 +226,7 @@ def test_a_forced_tool_choice_is_sent_to_the_server(demo_server) -> None:
     assert server.requests[0]["body"]["tool_choice"] == {"type": "function", "function": {"name": "search_employee"}}
 
 
+@pytest.mark.slow
 def test_the_agents_forced_first_tool_is_sent_on_the_first_turn_only_and_the_call_goes_through_the_gate(
     demo_server,
 ) -> None:
@@ -368,6 +370,7 @@ def test_the_model_is_told_the_limits_the_contract_sets_before_a_call_is_refused
     assert "team" in spec["function"]["parameters"]["required"]
 
 
+@pytest.mark.slow
 def test_a_budgeted_run_does_not_send_a_timed_out_call_again(demo_server) -> None:
     """The provider may have finished and billed a call whose answer never came: a budgeted run's reservation
     bounds each call once, so a timed-out call is not sent a second (and third) time."""

@@ -148,6 +148,7 @@ def test_a_model_url_refusal_names_the_model_setting() -> None:
         assert "PLATFORM_MCP_ALLOW_PRIVATE_URLS" in (url_problem(url, []) or "")
 
 
+@pytest.mark.slow
 def test_a_stored_base_url_with_ideographic_dots_sends_the_model_key_nowhere(
     demo_server: McpServer, settings: Any
 ) -> None:
@@ -192,6 +193,7 @@ def test_a_redirect_from_the_model_server_is_not_followed_and_fails_the_run_as_v
 # ---- 3. a stream that ends early -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_stream_that_ends_without_a_finish_reason_is_retried_and_never_passes_as_the_answer(
     demo_server: McpServer,
 ) -> None:
@@ -295,6 +297,7 @@ def test_a_budgeted_run_does_not_send_a_call_cut_after_the_provider_began_again(
     assert requests == 1
 
 
+@pytest.mark.slow
 def test_without_a_budget_a_dropped_stream_is_retried_by_the_agents_policy(demo_server: McpServer) -> None:
     with raw_model_server(dropped_partway) as server:
         agent = model_agent(

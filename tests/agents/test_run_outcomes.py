@@ -116,6 +116,7 @@ def test_offline_a_run_whose_calls_all_failed_fails_with_the_calls_codes_in_the_
     assert "get_asset_status_backup" not in run.error_message and run.answer == ""
 
 
+@pytest.mark.slow
 def test_with_a_model_a_run_on_failed_calls_carries_its_tool_failures(db) -> None:
     server = bind_demo_server(mcp_id="assets-broken", failure_mode="bad_schema")
     agent = make_agent(slug="model-broken", servers=[server], provider="scripted", script=[{"content": "모델 답변"}])

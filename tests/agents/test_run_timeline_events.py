@@ -67,6 +67,7 @@ def test_a_cancelled_run_shows_what_it_did_before(admin_client) -> None:
     assert "생각 중" in found[1][2]
 
 
+@pytest.mark.slow
 def test_a_rejected_approval_says_so_on_its_tool_call(writer, admin_client, django_capture_on_commit_callbacks) -> None:  # noqa: F811
     run, client = writer
     approval = park(run)

@@ -71,6 +71,7 @@ def test_a_budgeted_conversation_of_long_answers_goes_on_with_its_newest_turns(d
     assert second[-3:-1] == [("user", "다음"), ("assistant", "세 번째 답")]
 
 
+@pytest.mark.slow
 def test_earlier_answers_are_cut_and_the_oldest_dropped_without_a_budget(demo_server) -> None:
     big = "가나다라마바사아자차" * 20_000  # 200,000 characters each
     with ScriptedOpenAIServer([{"content": "답"}]).running() as server:

@@ -36,6 +36,7 @@ def openai_post(**changes: object) -> dict[str, object]:
     return agent_post(**{**fields, **changes})
 
 
+@pytest.mark.slow
 def test_a_key_typed_on_a_refused_page_is_said_to_be_not_kept(admin_client: Client) -> None:
     assert admin_client.post("/admin/agents/agent/add/", openai_post(new_model_api_key=OLD_KEY)).status_code == 302
     agent = Agent.objects.get(slug="keyed")

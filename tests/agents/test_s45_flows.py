@@ -109,6 +109,7 @@ def test_an_asset_kind_of_two_words_is_one_kind_and_two_kinds_side_by_side_are_t
     assert owned_text("이서준", owned, asked) == answer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("graph", "query", "expected"),
     [
@@ -140,6 +141,7 @@ def test_a_flow_whose_server_is_disabled_is_refused_by_the_gate_audited(
     assert (call["ok"], call["error"]) == (False, NOT_LOADED)
 
 
+@pytest.mark.slow
 def test_a_flow_bound_to_a_server_the_agent_does_not_bind_still_fails_to_build(demo_server: McpServer) -> None:
     agent = flow_agent(demo_server, "flow-unbound-s45", "agents.flows.conditional.build_graph")
     Agent.objects.filter(pk=agent.pk).update(model_params={"flow": {"mcp_id": "elsewhere"}})
@@ -192,6 +194,7 @@ FLOW_NOTE = "This agent runs a flow: its runs evaluate no rules"
 ADD_RULE = "Add a rule for this agent in the rule editor"
 
 
+@pytest.mark.slow
 def test_a_flow_agents_page_says_its_runs_evaluate_no_rules_instead_of_inviting_one(
     admin_client: Client, demo_server: McpServer
 ) -> None:

@@ -95,6 +95,7 @@ def error_midway_then_answer(state: dict[str, int]) -> Any:
     return answer
 
 
+@pytest.mark.slow
 def test_a_budgeted_run_does_not_send_a_call_whose_stream_failed_midway_again_and_is_charged_for_it(
     demo_server,
 ) -> None:
@@ -110,6 +111,7 @@ def test_a_budgeted_run_does_not_send_a_call_whose_stream_failed_midway_again_an
     assert run.token_usage["output_tokens"] > 0  # the max_tokens the failed call was given
 
 
+@pytest.mark.slow
 def test_without_a_budget_a_stream_failed_midway_is_sent_again_and_its_first_attempt_charged(demo_server) -> None:
     with raw_model_server(error_midway_then_answer({})) as server:
         agent = model_agent(
@@ -148,6 +150,7 @@ def test_a_429s_retry_after_is_waited_for_before_the_call_is_sent_again(demo_ser
     assert times[1] - times[0] >= 1.0
 
 
+@pytest.mark.slow
 def test_a_retry_after_longer_than_the_policys_cap_fails_the_call_at_once_quoting_the_wait(demo_server) -> None:
     times: list[float] = []
     with raw_model_server(rate_limited(times, "30")) as server:
@@ -194,6 +197,7 @@ def test_a_streamed_server_error_event_in_openais_shape_is_retried(demo_server) 
 # --- 5. a web page at the base URL ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "content_type"),
     [

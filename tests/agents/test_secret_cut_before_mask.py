@@ -37,6 +37,7 @@ def shown(exc: BaseException) -> str:
     return mask_text(str(exc), secrets=[KEY])[:2000]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_provider_error_that_quotes_the_model_key_across_the_old_cut_shows_no_part_of_it(demo_server: Any) -> None:
     with ScriptedOpenAIServer([{"status": 400, "error": "MARK"}]).running() as server:

@@ -96,6 +96,7 @@ def executed(agent: Agent, query: str) -> Run:
 # --- 1. the model's own named tool_choice is the offer's forced first tool ---------------------------------------
 
 
+@pytest.mark.slow
 def test_a_tool_the_model_params_force_is_offered_on_the_first_turn_under_top_k_selection(
     demo_server: McpServer, stubbed_bedrock: Stubber
 ) -> None:
@@ -181,6 +182,7 @@ def test_bedrock_takes_an_object_none_as_none_giving_the_model_no_tools(
     assert "toolConfig" not in sent[0]
 
 
+@pytest.mark.slow
 def test_openai_compatible_gets_an_object_tool_choice_in_the_chat_completions_form(demo_server: McpServer) -> None:
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"name": "search_employee", "args": {"name": "박도윤"}}]},

@@ -300,6 +300,7 @@ def tool_config(names: list[str], choice: dict | None) -> dict:
     return config
 
 
+@pytest.mark.slow
 def test_bedrock_receives_only_the_offered_tools_and_the_forced_tool_choice(demo_server, stubbed_bedrock) -> None:
     agent = make_agent(slug="bedrock-picker", servers=[demo_server], provider="bedrock", with_demo_rules=False)
     agent_update(
@@ -382,6 +383,7 @@ def test_the_embedding_ranker_uses_vectors_cached_at_discovery_and_recomputes_a_
     assert ToolEmbedding.objects.get(tool=ping).vector != before
 
 
+@pytest.mark.slow
 def test_an_embedding_outage_falls_back_to_the_lexical_ranker(embeddings, settings) -> None:
     server = bind_demo_server()
     agent = scripted_agent(server, [{"content": "ok"}], {"enabled": True, "top_k": 2, "ranker": "embedding"})

@@ -167,6 +167,7 @@ def test_a_call_to_a_tool_outside_the_hard_filters_is_refused_without_using_up_a
     assert [reason for tool, reason in calls if tool == "list_projects"][-1] != "tool:not_offered"
 
 
+@pytest.mark.slow
 def test_a_service_answering_queries_in_another_dimension_than_tools_is_not_asked_for_every_tool_each_run(
     embeddings, monkeypatch
 ) -> None:

@@ -194,6 +194,7 @@ def test_a2a_takes_a_null_metadata_context_id_as_none(api_caller: ApiCaller, qui
     assert beside["result"]["task"]["contextId"] == "대화-1"
 
 
+@pytest.mark.slow
 def test_mcp_takes_a_null_context_id_as_none_and_its_schema_says_so(api_caller: ApiCaller, quiet: Agent) -> None:
     client = client_for(api_caller)
     call = {"name": "ask_quiet", "arguments": {"query": "q", "context": {"contextId": None, "userId": "u"}}}

@@ -73,6 +73,7 @@ def test_a_rejected_rule_writes_message_reads_in_the_callers_language(
     assert lines(notes) == []
 
 
+@pytest.mark.slow
 def test_a_failed_read_keeps_the_tools_own_words_in_either_language(
     api_client: APIClient, api_caller: ApiCaller
 ) -> None:

@@ -122,6 +122,7 @@ def test_a_korean_agents_empty_answer_reads_in_the_callers_language(
     assert_read_in_each_language(api_caller, run, "model:empty", lambda: empty_turn_text(no_choice=False))
 
 
+@pytest.mark.slow
 def test_a_korean_agents_reply_with_no_choice_reads_in_the_callers_language(
     api_caller: ApiCaller, demo_server: McpServer
 ) -> None:

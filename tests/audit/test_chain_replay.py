@@ -391,6 +391,7 @@ def test_an_export_carries_the_nonce_its_events_hash_was_made_with(deferred: Non
     assert json.loads(lines[0])["nonce"] == event.nonce
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_unapplying_0015_is_refused_while_events_carry_a_nonce(deferred: None) -> None:
     """Going back dropped the nonces the events' hashes cover: they no longer verified, for good."""

@@ -790,12 +790,14 @@ def test_mask_value_never_mutates_and_keeps_the_shape(value: Any) -> None:
         assert len(masked) == len(value)
 
 
+@pytest.mark.slow
 @property_settings
 @given(text=st.text(alphabet=st.characters(min_codepoint=0xAC00, max_codepoint=0xD7A3) | st.sampled_from(" .,?!")))
 def test_korean_text_is_never_changed(text: str) -> None:
     assert mask_text(text) == text
 
 
+@pytest.mark.slow
 @property_settings
 @given(text=st.text())
 def test_mask_text_accepts_any_text(text: str) -> None:

@@ -245,6 +245,7 @@ def test_a_password_under_a_confirmation_label_is_still_masked() -> None:
 # --- cost -----------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "like"),
     [

@@ -56,6 +56,7 @@ def test_the_record_s_actors_read_in_words_and_any_other_as_it_is() -> None:
     assert actor_in_words("") == ""
 
 
+@pytest.mark.slow
 def test_a_live_runs_approval_names_who_asked_and_who_decided_in_words(
     writer: tuple[Run, object], django_capture_on_commit_callbacks: object
 ) -> None:

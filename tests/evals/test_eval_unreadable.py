@@ -70,6 +70,7 @@ def test_starting_an_eval_whose_secrets_cannot_be_decrypted_is_a_503_not_a_500(
     assert _eval_runs_of(agent) == 0 and not Run.objects.filter(agent=agent).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_the_service_refuses_it_with_the_same_application_error() -> None:
     """What ``run_eval`` and the admin action call: they answer an ApplicationError in words, as any refusal."""

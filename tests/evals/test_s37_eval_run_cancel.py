@@ -272,6 +272,7 @@ def test_the_api_cancels_an_eval_run_and_answers_it_as_get_does() -> None:
     assert again.status_code == 409 and again.json()["error"]["code"] == "eval_run_finished"
 
 
+@pytest.mark.slow
 def test_the_api_answers_404_for_an_eval_run_it_may_not_see_and_403_to_a_callers_key() -> None:
     eval_run = demo_eval_run()
     other = Agent.objects.create(slug="other", name="other")

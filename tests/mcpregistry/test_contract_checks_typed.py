@@ -115,6 +115,7 @@ def test_an_int_float_or_bool_a_fastmcp_tool_returns_passes_its_contract_type(
     assert audited(tool) == expected and type(audited(tool)) is type(expected)
 
 
+@pytest.mark.slow
 def test_a_text_the_tool_typed_as_text_stays_text(typed: McpServer) -> None:
     """``def code() -> str: return "3"``: the tool says it is a text, whatever it reads like."""
     returns(typed, "code", {"type": "int"})
@@ -134,6 +135,7 @@ def test_a_count_whose_text_says_4개_is_refused_beside_a_typed_4(typed: McpServ
     assert audited("mixed_count") == "4개"
 
 
+@pytest.mark.slow
 def test_an_object_whose_one_key_is_result_stays_that_object(typed: McpServer) -> None:
     returns(typed, "result_object", {"type": "dict", "required": ["result"]})
     result = call(typed, "result_object")
@@ -191,6 +193,7 @@ def test_a_decomposed_result_key_is_the_key() -> None:
     assert check_result({"required": [nfd("지역")]}, {"지역": 1}) is None
 
 
+@pytest.mark.slow
 def test_a_decomposed_region_passes_the_gate_and_reaches_the_tool_as_written(typed: McpServer) -> None:
     contract = ToolContract.objects.get(tool__server=typed, tool__name="echo")
     tool_contract_update(

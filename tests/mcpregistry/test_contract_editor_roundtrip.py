@@ -273,6 +273,7 @@ def test_allowing_an_argument_or_filling_its_row_adds_it_to_the_contract(admin_c
     assert updates() == before
 
 
+@pytest.mark.slow
 def test_an_empty_contract_stays_empty_on_an_unchanged_save_and_unticking_an_argument_leaves_it_out(
     admin_client: Client, stock: McpTool
 ) -> None:

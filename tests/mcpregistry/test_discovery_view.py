@@ -102,6 +102,7 @@ def test_the_tool_page_shows_the_arguments_table_and_the_annotations_in_words(ad
     assert "인자가 없는 도구입니다." in page.decode()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_the_tool_page_shows_the_arguments_as_the_model_is_shown_them_with_the_contracts_limits(
     admin_client: Client,

@@ -57,6 +57,7 @@ def probe_server(db) -> McpServer:
     get_default_pool().close("probe")
 
 
+@pytest.mark.slow
 def test_arguments_are_checked_before_the_call_and_the_refusal_is_audited(probe_server) -> None:
     result = call(probe_server, "count_calls", {"key": 5})
     assert (result.ok, result.error, result.attempts) == (False, "args:type:key", 0)
@@ -98,6 +99,7 @@ def test_a_success_is_memoized_within_a_run_and_the_body_runs_once(probe_server)
     assert events("count_calls") == [(True, "", 1), (True, "memo:hit", 0)]
 
 
+@pytest.mark.slow
 def test_a_failure_is_never_memoized(probe_server) -> None:
     memo: dict = {}
     first = call(probe_server, "flaky", {"key": "f"}, memo=memo)

@@ -160,6 +160,7 @@ def test_a_write_answered_with_its_own_error_is_not_written_again_by_a_called_fa
     assert not AuditEvent.objects.filter(action="tool.fallback").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_write_that_reached_its_tool_is_not_suggested_a_fallback(file: Path) -> None:
     server = side_effect_server("write-429-suggest", file, mode="report-rate-limit")
@@ -296,6 +297,7 @@ def test_an_empty_string_result_is_the_empty_string(list_server: McpServer) -> N
     assert refused.error == "result:empty"
 
 
+@pytest.mark.slow
 def test_a_seed_002_error_dict_is_handed_to_the_model_and_never_memoized(list_server: McpServer) -> None:
     cache.clear()
     contract(list_server, "classify_domain_group", memo_ttl_s=600)

@@ -87,6 +87,7 @@ class Unlisted(dict):  # type: ignore[type-arg]
         raise RuntimeError("unreadable")
 
 
+@pytest.mark.slow
 def test_the_last_resort_refuses_without_raising_where_its_own_audit_fails(demo) -> None:
     result = called(demo, "search_employee", Unlisted(name="김하늘"))
 
@@ -113,6 +114,7 @@ async def build_calls_with_a_set(settings: Any) -> Any:
     return graph.compile()
 
 
+@pytest.mark.slow
 def test_a_flow_calling_with_a_set_gets_a_failure_as_a_value(demo, settings) -> None:
     settings.PLATFORM_FLOW_GRAPHS = module_flow_graphs(__name__)
     run = Run.objects.create(agent=flow_agent(demo, "flow-set", f"{__name__}.build_calls_with_a_set"), query="x")
@@ -130,6 +132,7 @@ def test_a_flow_calling_with_a_set_gets_a_failure_as_a_value(demo, settings) -> 
 SECRET = "sk-live-9f8e7d6c5b4a3210"
 
 
+@pytest.mark.slow
 def test_a_contract_tightened_while_the_approval_waited_is_checked_on_the_exact_arguments(
     writer,  # noqa: F811 - the fixture
     notes,  # noqa: F811 - the fixture
@@ -202,6 +205,7 @@ def test_the_fallbacks_notice_comes_before_the_block_in_the_models_names() -> No
     )
 
 
+@pytest.mark.slow
 def test_a_model_reads_a_tools_successful_text_delimited(demo) -> None:
     script = [{"tool_calls": [{"name": "search_employee", "args": {"name": "김하늘"}}]}, {"content": "끝"}]
     agent = make_agent(slug="delimited", servers=[demo], provider="scripted", script=script, with_demo_rules=False)

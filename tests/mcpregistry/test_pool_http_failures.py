@@ -164,6 +164,7 @@ def test_an_sse_post_the_server_refuses_is_a_transport_error_naming_the_status(
     assert endpoint.calls_of("ok") == 2
 
 
+@pytest.mark.slow
 def test_the_pool_says_a_timeout_in_the_caller_s_language(
     endpoint: HostileAnswers, pool: McpSessionPool, korean_pool_messages: None
 ) -> None:

@@ -52,6 +52,7 @@ def wait_for(predicate: Any, timeout: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_a_timed_out_call_closes_its_http_stream_and_the_next_call_goes_out_on_a_fresh_session(
     endpoint: HostileHttp, pool: McpSessionPool
 ) -> None:

@@ -61,6 +61,7 @@ def wait_for_list_answered(log: Path) -> None:
     raise AssertionError("the server never answered its tools list")
 
 
+@pytest.mark.slow
 def test_a_call_answered_while_the_tools_list_is_slow_returns_its_answer_and_is_sent_once(
     pool: McpSessionPool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

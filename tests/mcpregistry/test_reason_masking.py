@@ -28,6 +28,7 @@ def _span_text(finished: Any) -> str:
     return "\n".join(parts)
 
 
+@pytest.mark.slow
 def test_a_secret_written_as_an_argument_name_is_masked_in_the_reason_code_everywhere(
     spans: Any, demo_server: McpServer
 ) -> None:

@@ -78,6 +78,7 @@ def test_binding_secrets_are_encrypted_at_rest(demo_server) -> None:
     assert McpServer.objects.get(pk=demo_server.pk).env["INTERNAL_API_KEY"] == DEMO_SECRET
 
 
+@pytest.mark.slow
 def test_rotate_secrets_reencrypts_with_the_newest_key(db, settings) -> None:
     old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
     settings.SECRETS_ENCRYPTION_KEYS = old
@@ -281,6 +282,7 @@ def test_discovery_records_tools_health_protocol_and_prefilled_contracts(demo_se
     assert contract.risk == "read"  # the demo server declares readOnlyHint
 
 
+@pytest.mark.slow
 def test_a_tool_without_a_read_only_hint_is_proposed_as_write(db) -> None:
     server = mutable_server()
     assert ToolContract.objects.get(tool__server=server, tool__name="lookup").risk == "write"

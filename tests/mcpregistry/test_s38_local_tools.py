@@ -140,6 +140,7 @@ def test_a_call_its_binding_has_no_thread_for_fails_at_once_not_started_and_not_
     assert server.breaker_failures == failures  # a busy binding is not a failing one
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_an_approved_write_its_binding_has_no_thread_for_is_known_not_done(allowed: None) -> None:
     server = bind([MODULE + ".hang", MODULE + ".hang_write"], "hung-writer")

@@ -72,6 +72,7 @@ def fieldset_classes(page: str, field: str) -> str:
     return classes[-1]
 
 
+@pytest.mark.slow
 def test_a_binding_switched_to_local_shows_its_stored_secrets_and_clears_them_audited(
     admin_client: Client, demo_server: McpServer, settings: Any
 ) -> None:

@@ -88,6 +88,7 @@ def parked_write(server: McpServer, tool: str, args: dict[str, Any], caller_key:
 # --- 1. local tools -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_soft_time_limit_while_a_local_tool_runs_is_raised_not_the_tools_error() -> None:
     runner = LocalToolRunner(max_workers=1)
     config = {"args": ["tests.local_tool_fixtures"]}
@@ -103,6 +104,7 @@ def test_a_soft_time_limit_while_a_local_tool_runs_is_raised_not_the_tools_error
         runner._executor.shutdown(wait=True)
 
 
+@pytest.mark.slow
 def test_a_local_call_still_queued_when_the_soft_time_limit_comes_never_runs() -> None:
     runner = LocalToolRunner(max_workers=1)
     config = {"args": ["tests.local_tool_fixtures"]}

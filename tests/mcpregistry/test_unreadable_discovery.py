@@ -53,6 +53,7 @@ def assert_recorded_and_not_connected(server: McpServer, tools_before: list[tupl
     assert list(server.tools.values_list("name", "available")) == tools_before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("operation", "prefix"),
     [("discover", "Discovery of sds-company-data failed: "), ("health", "Health of sds-company-data: error: ")],

@@ -65,6 +65,7 @@ def last_event(action: str) -> AuditEvent:
     return AuditEvent.objects.filter(action=action).order_by("-id").first()
 
 
+@pytest.mark.slow
 def test_the_row_loads_and_every_use_of_its_values_fails_as_the_load_did(lost: McpServer) -> None:
     assert isinstance(lost.env, UnreadableSecrets) and isinstance(lost.headers, UnreadableSecrets)
     assert not lost.secrets_readable()
@@ -176,6 +177,7 @@ def test_a_server_that_cannot_be_decrypted_is_deleted_and_the_record_says_what_w
     assert args["env"] == {"cleared": ["(unreadable)"]} and args["headers"] == {"cleared": ["(unreadable)"]}
 
 
+@pytest.mark.slow
 def test_an_agents_key_that_cannot_be_read_is_kept_by_other_edits_and_replaced_by_a_new_one(
     admin_client: Client, demo_agent: Agent
 ) -> None:
