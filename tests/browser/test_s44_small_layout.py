@@ -10,11 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from agents.models import Agent, DeterministicRule
 from mcpregistry.models import McpServer
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import pages_in_both_languages
 from tests.browser.navigation import submit
 from tests.conftest import bind_demo_server, make_agent
 from tests.evals.conftest import company_assistant, import_seed_set, run_eval
@@ -41,18 +40,8 @@ return lines.map(l => l.text);"""
 
 
 def _pages(browser: Any, path: str, name: str, widths: tuple[int, ...] = (1280,)) -> Iterator[tuple[str, int]]:
-    """``path`` at each width, in English and Korean: yields (language, width) with the page loaded; a picture of
-    each is kept (``$PLATFORM_VAR_DIR/screenshots/s44-small-…``)."""
-    for language in ("en", "ko"):
-        browser.add_cookie({"name": settings.LANGUAGE_COOKIE_NAME, "value": language, "path": "/"})
-        for width in widths:
-            browser.set_window_size(width, 900)
-            browser.get(f"{browser.base_url}{path}")
-            yield language, width
-            height = browser.execute_script("return document.documentElement.scrollHeight")
-            browser.set_window_size(width, min(height + 100, 4000))
-            screenshot(browser, f"s44-small-{name}-{language}-{width}")
-            browser.set_window_size(width, 900)
+    """``path`` at each width, in English and Korean (``pages_in_both_languages``; pictures ``s44-small-…``)."""
+    return pages_in_both_languages(browser, path, f"small-{name}", widths)
 
 
 @pytest.fixture
