@@ -601,6 +601,18 @@ def _arguments_held_back(chunk: ChatGenerationChunk, written: dict[int, str]) ->
 _CALL_FIELDS = ("tool_calls", "invalid_tool_calls", "tool_call_chunks")
 
 
+def _usage_held_back(
+    chunk: ChatGenerationChunk, total: UsageMetadata | None
+) -> tuple[ChatGenerationChunk, UsageMetadata | None]:
+    """``chunk`` without its usage, and the stream's total so far: the usage it reports where it reports one (each
+    report is the total so far), ``total`` otherwise."""
+    message = chunk.message
+    if not isinstance(message, AIMessageChunk) or message.usage_metadata is None:
+        return chunk, total
+    without = message.model_copy(update={"usage_metadata": None})
+    return ChatGenerationChunk(message=without, generation_info=chunk.generation_info), message.usage_metadata
+
+
 # The usage of the Converse reply being read (``PlatformChatBedrockConverse._generate``), as the client's
 # ``after-call`` hook saw it: langchain-aws may fail to read the reply after its tokens were spent.
 _CONVERSE_USAGE: ContextVar[dict[str, Any] | None] = ContextVar("converse_usage", default=None)
@@ -704,11 +716,18 @@ class PlatformChatOpenAI(_RetriedByKind, ChatOpenAI):  # type: ignore[misc]
         # its text is a first part, with no usage, and must not pass as the model's answer. Each tool call's
         # argument text is held back until the stream has ended, then given whole, marked where it is no JSON
         # object (``_streamed_arguments``): the turn's invalid call, as in the reply's JSON form (``invoke``).
+        # A server may report the usage on more than one chunk (on the chunk that finishes the choice and again on
+        # the usage chunk; on every chunk with vLLM's continuous usage), each time as the total so far, and langchain
+        # adds up every chunk's: the last total stands, given once after the stream's last chunk.
         stopped = False
         written: dict[int, str] = {}
+        total: UsageMetadata | None = None
         for chunk in super()._stream(*args, **kwargs):
             stopped = stopped or bool((chunk.generation_info or {}).get("finish_reason"))
+            chunk, total = _usage_held_back(chunk, total)
             yield _arguments_held_back(chunk, written)
+        if total is not None:
+            yield ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata=total))
         if not stopped:
             raise ModelStreamCutShort(
                 "the model's stream ended before it said why the model stopped (no finish_reason)"
