@@ -39,7 +39,11 @@ async def join(state: FlowState) -> dict[str, Any]:
     if person is None:
         return {"output": ask_for_a_name("김하늘 님의 자산")}
     if unanswered(person):
-        return {"output": unavailable("직원 정보를", person)}
+        # The assets were fetched beside it: told with the failure, not dropped (the join waited for both).
+        told = unavailable("직원 정보를", person)
+        if owned is None or unanswered(owned):
+            return {"output": told}
+        return {"output": f"{told} {name_in(state['query'])} 님 — {assets_text(owned)}"}
     if not isinstance(person, dict):
         # The server's own answer where nobody has that name (it names the registered ones).
         return {"output": f"직원 정보를 찾지 못했습니다: {person}"}

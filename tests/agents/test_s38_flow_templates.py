@@ -153,6 +153,19 @@ def told(tool: str) -> str:
             {"search_employee": ERROR_VALUE, "get_asset": ERROR_VALUE},
             f"직원 정보를 {UNAVAILABLE}",
         ),
+        # The assets were fetched beside the failed employee call: told, not dropped.
+        (
+            "parallel",
+            "김하늘 님 자산",
+            {"search_employee": ERROR_VALUE, "get_asset": {"count": 1, "assets": [{"type": "노트북"}]}},
+            f"직원 정보를 {UNAVAILABLE} 김하늘 님 — 자산 1건: 노트북",
+        ),
+        (
+            "parallel",
+            "김하늘 님 자산",
+            {"search_employee": ERROR_VALUE, "get_asset": "김하늘 님 명의로 등록된 자산이 없습니다."},
+            f"직원 정보를 {UNAVAILABLE} 김하늘 님 — 김하늘 님 명의로 등록된 자산이 없습니다.",
+        ),
         (
             "parallel",
             "김하늘 님 자산",
