@@ -633,6 +633,10 @@ def _mark_converse_not_objects(parsed: dict[str, Any] | None = None, **kwargs: A
             tool_use["input"] = {_NOT_AN_OBJECT: json.dumps(tool_use["input"], ensure_ascii=False, default=str)}
 
 
+# How often a model call's backoff checks its run (``_RetriedByKind._wait``): one query each time.
+CANCEL_CHECK_S = 0.5
+
+
 class _RetriedByKind:
     """Mixed into a chat model: ``invoke`` (also through ``bind_tools``'s binding) retries the failure kinds of
     ``retry_policy`` and raises ``ModelCallFailed`` for the rest. Control-flow exceptions (a cancelled run, the
@@ -646,7 +650,7 @@ class _RetriedByKind:
     # a forcing choice on the run's first turn (the ReAct graph passes it then).
     default_tool_choice: str | None
     first_turn_tool_choice: str | None
-    # The run's check (``build_provider_model``'s ``check_cancelled``), made before each retry and after its
+    # The run's check (``build_provider_model``'s ``check_cancelled``), made before each retry and during its
     # backoff: it raises ``RunCancelled`` where the run was cancelled, ran out of time or was taken over, and no
     # call is sent again then.
     check_cancelled: Callable[[], None] | None
@@ -689,12 +693,20 @@ class _RetriedByKind:
                 delay = max(delay, asked or 0.0)
                 logger.info("model call failed (%s), attempt %d; retrying in %.2fs", kind, attempt, delay)
                 self._stop_if_cancelled()
-                time.sleep(delay)
-                self._stop_if_cancelled()
+                self._wait(delay)
 
     def _stop_if_cancelled(self) -> None:
         if self.check_cancelled is not None:
             self.check_cancelled()
+
+    def _wait(self, seconds: float) -> None:
+        """A backoff (up to ``max_backoff_s``, two minutes at most), checking the run every ``CANCEL_CHECK_S``: a run
+        cancelled (or out of time, or taken over) while its model call waits to be sent again ends then, not when
+        the wait is over."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, CANCEL_CHECK_S))
+            self._stop_if_cancelled()
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
         return super().bind_tools(  # type: ignore[misc]
