@@ -80,7 +80,12 @@ def test_a_worker_that_cannot_reach_its_broker_has_no_heartbeat_until_it_reconne
 
     with (
         redis_server(tmp_path) as broker_url,
-        platform_without_workers(tmp_path, broker_url=broker_url, env={"PLATFORM_WORKER_HEARTBEAT_S": "1"}) as p,
+        # No run here: the worker's pool process need not start the demo MCP server as it starts.
+        platform_without_workers(
+            tmp_path,
+            broker_url=broker_url,
+            env={"PLATFORM_WORKER_HEARTBEAT_S": "1", "PLATFORM_MCP_OPEN_AT_START": "0"},
+        ) as p,
     ):
         port = int(urlsplit(broker_url).port or 0)
         worker = p.start_worker("cut-off")

@@ -202,7 +202,12 @@ def test_real_workers_of_the_shadow_queue_or_another_redis_database_leave_the_pl
         platform_without_workers(
             tmp_path,
             broker_url=redis_url,
-            env={"PLATFORM_WORKER_HEARTBEAT_S": "1", "PLATFORM_SHADOW_QUEUE": "shadow"},
+            # No run here: the workers' pool processes need not start the demo MCP server as they start.
+            env={
+                "PLATFORM_WORKER_HEARTBEAT_S": "1",
+                "PLATFORM_SHADOW_QUEUE": "shadow",
+                "PLATFORM_MCP_OPEN_AT_START": "0",
+            },
         ) as p,
     ):
         p.start_worker("shadow", queues="shadow")

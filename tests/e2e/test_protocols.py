@@ -5,7 +5,10 @@ worker, the demo MCP server and a write tool that needs approval). Only the mode
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -31,7 +34,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from google.protobuf import json_format, struct_pb2
 
-from tests.e2e.harness import ROOT, RunningPlatform, running_platform, wait_until
+from tests.e2e.harness import ROOT, RunningPlatform, _stop, free_port, running_platform, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -74,10 +77,20 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Running
                 "caller_approves_model_writes": True,
             },
             {
+                # For the cancellations: 2 s a model call leaves seconds between a call seen and the next one.
                 "slug": "slow",
                 "name": "Slow",
                 "system_prompt": "Looks people up, slowly.",
                 "model": {"provider": "scripted", "params": {"script": SLOW_LOOKUPS, "latency_s": 2}},
+                "servers": ["sds-company-data"],
+            },
+            {
+                # For the progress reports: the same lookups, each model call taking its time too (so that each
+                # tool call ends at its own moment, while the stream is open), but a quarter of the slow one's.
+                "slug": "steady",
+                "name": "Steady",
+                "system_prompt": "Looks people up, one at a time.",
+                "model": {"provider": "scripted", "params": {"script": SLOW_LOOKUPS, "latency_s": 0.5}},
                 "servers": ["sds-company-data"],
             },
         ],
@@ -188,7 +201,7 @@ def test_a_streamed_message_reports_status_and_tool_calls_until_the_answer(platf
     async def scenario() -> None:
         async with http(running.api_key) as httpx_client:
             client = await create_client(
-                f"{running.base_url}/a2a/slow/", client_config=ClientConfig(httpx_client=httpx_client, streaming=True)
+                f"{running.base_url}/a2a/steady/", client_config=ClientConfig(httpx_client=httpx_client, streaming=True)
             )
             events = await collect(client.send_message(SendMessageRequest(message=user_message("누구인가요?"))))
             assert events[0].HasField("task")
@@ -199,7 +212,7 @@ def test_a_streamed_message_reports_status_and_tool_calls_until_the_answer(platf
                 u for u in updates if u.status.message.parts and "search_employee" in u.status.message.parts[0].text
             ]
             assert len(tool_updates) == 3
-            # Each call's update carries when that call ended (the slow tool takes its time), not the run's end.
+            # Each call's update carries when that call ended (each model call takes its time), not the run's end.
             stamps = [u.status.timestamp.ToDatetime() for u in tool_updates]
             assert stamps == sorted(stamps) and len(set(stamps)) == 3
             assert stamps[-1] <= updates[-1].status.timestamp.ToDatetime()
@@ -322,9 +335,10 @@ def test_the_mcp_client_sees_the_agents_as_tools_and_asks_one_with_progress(plat
         async with mcp_session(running, running.api_key) as (read, write, _), ClientSession(read, write) as session:
             await session.initialize()
             tools = {tool.name: tool for tool in (await session.list_tools()).tools}
-            assert {"ask_company-assistant", "ask_notes", "ask_slow"} <= set(tools)
+            assert {"ask_company-assistant", "ask_notes", "ask_slow", "ask_steady"} <= set(tools)
             assert tools["ask_slow"].inputSchema["required"] == ["query"]
-            result = await session.call_tool("ask_slow", {"query": "누구인가요?"}, progress_callback=on_progress)
+            assert tools["ask_steady"].inputSchema["required"] == ["query"]
+            result = await session.call_tool("ask_steady", {"query": "누구인가요?"}, progress_callback=on_progress)
             assert not result.isError
             assert result.content[0].text.startswith("끝:")
             structured = result.structuredContent
@@ -337,7 +351,7 @@ def test_the_mcp_client_sees_the_agents_as_tools_and_asks_one_with_progress(plat
             # The tool's run is a run like any other.
             async with http(running.api_key) as client:
                 run = (await client.get(f"{running.base_url}/api/v1/runs/{structured['run_id']}")).json()
-            assert (run["agent"], run["query"], run["status"]) == ("slow", "누구인가요?", "succeeded")
+            assert (run["agent"], run["query"], run["status"]) == ("steady", "누구인가요?", "succeeded")
             # Bad arguments are a tool error, not a failed request.
             bad = await session.call_tool("ask_slow", {"query": ""})
             assert bad.isError and "invalid_input" in bad.content[0].text
@@ -490,7 +504,40 @@ def test_an_mcp_client_that_goes_away_mid_call_cancels_its_run(platform) -> None
         assert len(run["tool_calls"]) < 3
 
 
-def test_both_protocols_also_stream_under_runserver(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def runserver_beside(running: RunningPlatform) -> Iterator[RunningPlatform]:
+    """``runserver`` on the module's platform: its database, its var/ folder (so its embedded broker, which the
+    platform's worker consumes) and its key, in the environment ``running_platform`` gives its own web server.
+    A second web server, not a second platform: the worker and the seeded database are the module's."""
+    workdir = running.db_path.parent
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL"}}
+    env.update(
+        PLATFORM_VAR_DIR=str(workdir / "var"),
+        SQLITE_PATH=str(running.db_path),
+        DJANGO_SETTINGS_MODULE="agent_platform.settings",
+        DEMO_ADMIN_PASSWORD="e2e-admin-password",
+        PYTHONUNBUFFERED="1",
+    )
+    port = free_port()
+    with (running.logs / "runserver.log").open("wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        base_url = f"http://127.0.0.1:{port}"
+        try:
+            wait_until(
+                lambda: httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200, timeout=60, what="runserver"
+            )
+            yield dataclasses.replace(running, base_url=base_url)
+        finally:
+            _stop(server)
+
+
+def test_both_protocols_also_stream_under_runserver(platform) -> None:  # type: ignore[no-untyped-def]
     """``runserver`` (WSGI) serves the same views; their streams then come from plain generators."""
     from mcp import ClientSession
 
@@ -520,5 +567,5 @@ def test_both_protocols_also_stream_under_runserver(tmp_path: Path) -> None:
             assert result.structuredContent["status"] == "succeeded"
             assert any("search_employee" in (m or "") for m in progress)
 
-    with running_platform(tmp_path) as running:
+    with runserver_beside(platform[0]) as running:
         asyncio.run(scenario(running))
