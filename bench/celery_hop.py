@@ -78,12 +78,19 @@ def _redis_hop(url: str, messages: int, gap_s: float) -> list[float]:
     import redis
 
     key = f"bench:celery_hop:list:{uuid.uuid4()}"
+    name = f"bench-celery-hop-popper-{os.getpid()}"
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    popper = context.Process(target=_pop, args=(url, key, messages, results))
+    popper = context.Process(target=_pop, args=(url, key, messages, results, name))
     popper.start()
-    client = redis.Redis.from_url(url)
-    time.sleep(1.0)  # the popper is waiting
+    client = redis.Redis.from_url(url, decode_responses=True)
+    # The popper is waiting: its connection is blocked in BRPOP (Redis's ``b`` flag), as a worker's main process
+    # waits on the queue. Asked every 10 ms rather than assumed after a fixed pause.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and popper.is_alive():
+        if any(c.get("name") == name and "b" in c.get("flags", "") for c in client.client_list()):
+            break
+        time.sleep(0.01)
     for _ in range(messages):
         client.lpush(key, repr(time.time()))
         time.sleep(gap_s)
@@ -92,10 +99,10 @@ def _redis_hop(url: str, messages: int, gap_s: float) -> list[float]:
     return list(hops)
 
 
-def _pop(url: str, key: str, messages: int, results: Any) -> None:
+def _pop(url: str, key: str, messages: int, results: Any, name: str) -> None:
     import redis
 
-    client = redis.Redis.from_url(url, decode_responses=True)
+    client = redis.Redis.from_url(url, decode_responses=True, client_name=name)
     hops = []
     for _ in range(messages):
         popped = client.brpop([key], timeout=30)

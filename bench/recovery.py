@@ -1,16 +1,16 @@
 """Recovery from a lost worker: how long a run whose worker died (SIGKILL, the whole machine) waits before another
 worker takes it over, with the lifecycle settings' defaults.
 
-Run from the repo root: ``python -m bench.recovery [--samples 3] [--timeout 420]``.
+Run from the repo root: ``python -m bench.recovery [--samples 3] [--timeout 420] [--sleep-s 6]``.
 
 It starts the platform as ``tests/e2e`` does (``tests.e2e.workers``): its own SQLite file, a private
 ``redis-server`` as the broker, migrate, ``seed_demo``, an API key, the web server, and two workers
 (``--concurrency=1`` each) with the default ``PLATFORM_RUN_LEASE_S`` and ``PLATFORM_RECONCILE_INTERVAL_S`` (unless
 the environment sets them). Each sample submits a run whose scripted model calls the probe server's ``echo``,
-then its ``sleep`` (6 s); one second into the sleep, the worker holding the run is killed with everything it
-started. The other worker's reconciler finds the lease lapsed and queues the run again; a worker claims it. A
-replacement worker is started before the next sample. Samples stop at ``--samples`` or when ``--timeout`` has
-passed.
+then its ``sleep`` (6 s, ``--sleep-s``); one second into the sleep, the worker holding the run is killed with
+everything it started. The other worker's reconciler finds the lease lapsed and queues the run again; a worker
+claims it. A replacement worker is started before the next sample. Samples stop at ``--samples`` or when
+``--timeout`` has passed.
 
 Figures (``name: value`` lines; the last is the headline ratio):
 
@@ -51,7 +51,7 @@ SLEEP_S = 6.0
 DOCUMENTED_BASELINE_S = 99.0
 
 
-def sleeper(root: Path) -> dict[str, Any]:
+def sleeper(root: Path, sleep_s: float = SLEEP_S) -> dict[str, Any]:
     return {
         "servers": [
             {
@@ -84,7 +84,7 @@ def sleeper(root: Path) -> dict[str, Any]:
                     "params": {
                         "script": [
                             {"tool_calls": [{"name": "echo", "args": {"text": "warm"}, "id": "call_echo"}]},
-                            {"tool_calls": [{"name": "sleep", "args": {"seconds": SLEEP_S}, "id": "call_sleep"}]},
+                            {"tool_calls": [{"name": "sleep", "args": {"seconds": sleep_s}, "id": "call_sleep"}]},
                             {"content": "done: {last_tool_result}"},
                         ]
                     },
@@ -154,8 +154,17 @@ def main() -> None:
         default=DOCUMENTED_BASELINE_S,
         help="the documented recovery time before the change (not measured in this run)",
     )
+    parser.add_argument(
+        "--sleep-s",
+        type=float,
+        default=SLEEP_S,
+        help="the probe's sleep, which the kill interrupts one second in and the second delivery sleeps in full "
+        "(more than 1; a quick check of the path may shorten it)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the working folder (database, logs)")
     options = parser.parse_args()
+    if options.sleep_s <= 1.0:
+        parser.error("argument --sleep-s: must be more than 1 (the kill comes one second into the sleep)")
 
     from agent_platform import settings_deploy as lifecycle
     from tests.e2e.harness import ROOT, redis_server
@@ -174,7 +183,7 @@ def main() -> None:
                     workdir, broker_url=broker_url, env={"LOG_LEVEL": "WARNING", "PLATFORM_ALLOW_SCRIPTED_MODEL": "1"}
                 )
             )
-            platform.import_config(sleeper(ROOT))
+            platform.import_config(sleeper(ROOT, options.sleep_s))
             platform.manage("mcp_discover", "probe")
             progress(f"platform up in {time.monotonic() - started:.1f} s ({workdir}); starting two workers")
             for name in ("w1", "w2"):
