@@ -41,10 +41,24 @@ run = Run.objects.create(agent=agent, query="q")
 resumed_nothing = threading.Event()
 run_resume = approvals_module.run_resume
 
+def blocking_another():
+    '''Whether another connection waits for a lock this one's transaction holds (read live from pg_locks, on the
+    driver's cursor: no query of the platform's sees it).'''
+    connection.ensure_connection()
+    with connection.connection.cursor() as cursor:
+        cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted"
+                       " AND pg_backend_pid() = ANY(pg_blocking_pids(pid)))")
+        return cursor.fetchone()[0]
+
 def decision_pauses_after_finding_the_run_running(**kwargs):
     queued = run_resume(**kwargs)  # the run is still running: nothing to queue
     resumed_nothing.set()
-    time.sleep(1.5)  # the decision's transaction stays open while the pass stores its park
+    # The decision's transaction stays open while the pass stores its park: until the store waits for the run's
+    # row this transaction holds (it cannot go on before this one ends, however long it waited), or 1.5 s (the
+    # store, not waiting, has had ample time to park the run).
+    deadline = time.monotonic() + 1.5
+    while not blocking_another() and time.monotonic() < deadline:
+        time.sleep(0.02)
     return queued
 
 approvals_module.run_resume = decision_pauses_after_finding_the_run_running
@@ -59,13 +73,17 @@ def store_once_the_decision_is_under_way(claim, *args, **kwargs):
             approval_decide(run=Run.objects.get(pk=claim.run_id), approval_id=str(approval.pk), decision="approve", actor="admin:quick")
         finally:
             connection.close()
-    threading.Thread(target=reviewer).start()
+    reviewers.append(threading.Thread(target=reviewer))
+    reviewers[-1].start()
     assert resumed_nothing.wait(timeout=30)
     return store(claim, *args, **kwargs)
 
+reviewers = []
 execution._store_outcome = store_once_the_decision_is_under_way
 execution.run_execute(run_id=str(run.id))
-time.sleep(2)  # the reviewer's transaction has committed
+for thread in reviewers:  # the reviewer's transaction has committed
+    thread.join(timeout=60)
+assert reviewers and not any(thread.is_alive() for thread in reviewers)
 run.refresh_from_db()
 print(json.dumps({
     "status": run.status,

@@ -592,8 +592,11 @@ def test_a_signed_checkpoint_file_catches_its_event_rewritten_with_the_rest_of_t
 
 # --- several writers at once ---------------------------------------------------------------------------------
 
+# Four processes on two cores, released at once: they overlap from their first appends (the interleaving is
+# asserted), so 100 events each (400 in all) show a lost, doubled or reordered seq as well as more would; most
+# of a writer test's time is the processes starting.
 WRITERS = 4
-EVENTS_PER_WRITER = 150
+EVENTS_PER_WRITER = 100
 
 WRITER_CODE = """
 import pathlib, time
@@ -612,17 +615,22 @@ go = pathlib.Path({go!r})
 while not go.exists():
     time.sleep(0.002)
 for i in range({count}):
-    audit_event_record(source="agent", mcp_id="demo", tool="writer", call_id="{name}:%d" % i, args={{"i": i}})
+    audit_event_record(source="agent", mcp_id="demo", tool={tool!r}, call_id="{name}:%d" % i, args={{"i": i}})
 """
 
 
-def run_writers(tmp_path: Path, **database: str) -> list[str]:
-    """Start the writer processes, release them at once, wait; returns their names."""
+def run_writers(tmp_path: Path, *, tool: str = "writer", **database: str) -> list[str]:
+    """Start the writer processes, release them at once, wait; returns their names. Their events are ``tool``'s
+    (on the session's PostgreSQL database, a name of the test's own tells them from other tests' writers)."""
     names = [f"w{n}" for n in range(WRITERS)]
     processes = []
     for name in names:
         code = WRITER_CODE.format(
-            ready=str(tmp_path / f"{name}.ready"), go=str(tmp_path / "go"), count=EVENTS_PER_WRITER, name=name
+            ready=str(tmp_path / f"{name}.ready"),
+            go=str(tmp_path / "go"),
+            count=EVENTS_PER_WRITER,
+            name=name,
+            tool=tool,
         )
         processes.append(manage_popen("shell", "-c", code, **database))
     deadline = time.monotonic() + 120
@@ -661,12 +669,15 @@ def test_writer_processes_appending_at_once_keep_the_sqlite_chain_gap_free(tmp_p
     assert AuditChainHead.objects.get().seq == 2 + WRITERS * EVENTS_PER_WRITER
 
 
+# Two lines: the chain mode and the number of events the writers left pending (chain_lag), as they left them; then
+# the events of ``tool``, chained, as JSON [[seq, call_id], ...] in seq order.
 READ_WRITER_EVENTS = """
 import json
 from audit.models import AuditEvent
-from audit.services import audit_chain_pending
+from audit.services import audit_chain_pending, chain_lag, chain_mode
+print(chain_mode(), chain_lag().count)
 audit_chain_pending(wait=True, rounds=None)  # a writer that exited before its chainer finished left rows pending
-print(json.dumps(list(AuditEvent.objects.filter(tool="writer").order_by("seq").values_list("seq", "call_id"))))
+print(json.dumps(list(AuditEvent.objects.filter(tool={tool!r}).order_by("seq").values_list("seq", "call_id"))))
 """
 
 
@@ -675,10 +686,9 @@ def test_writer_processes_appending_at_once_keep_the_postgres_chain_gap_free(
     postgres_url: str,  # noqa: F811 - the fixture
     tmp_path: Path,
 ) -> None:
-    before = json.loads(manage("shell", "-c", READ_WRITER_EVENTS, database_url=postgres_url).stdout.splitlines()[-1])
-    last_before = max((seq for seq, _ in before), default=0)  # the session's database: other tests' writers too
+    tool = f"writer-{uuid.uuid4().hex[:8]}"  # the session's database: other tests' writers too
 
-    run_writers(tmp_path, database_url=postgres_url)
+    run_writers(tmp_path, tool=tool, database_url=postgres_url)
 
     verified = manage("verify_audit", "--workers", "0", database_url=postgres_url)
     assert verified.returncode == 0, verified.stderr
@@ -688,8 +698,8 @@ def test_writer_processes_appending_at_once_keep_the_postgres_chain_gap_free(
     assert in_segments.returncode == 0, in_segments.stderr
     assert in_segments.stdout.strip().splitlines()[-1] == verified.stdout.strip().splitlines()[-1]
     assert "events verified in 2 worker processes" in in_segments.stdout
-    rows = json.loads(manage("shell", "-c", READ_WRITER_EVENTS, database_url=postgres_url).stdout.splitlines()[-1])
-    rows = [(seq, call_id) for seq, call_id in rows if seq > last_before]
+    read = manage("shell", "-c", READ_WRITER_EVENTS.format(tool=tool), database_url=postgres_url)
+    rows = json.loads(read.stdout.splitlines()[-1])
     assert_interleaved_and_gap_free([call_id for _, call_id in rows], [seq for seq, _ in rows])
 
 

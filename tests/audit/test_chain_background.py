@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from tests.postgres import manage, postgres_url  # noqa: F401 - postgres_url is a fixture
+from tests.postgres import manage, migrated_postgres_url, postgres_url  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.postgres
 
@@ -140,18 +140,11 @@ print(json.dumps({"refused": refused, "pending": AuditPendingEvent.objects.filte
 
 
 @pytest.mark.slow
-def test_an_append_outside_a_transaction_after_a_forged_head_raises_and_its_row_is_never_chained() -> None:
-    from tests.postgres import PostgresMissing, private_postgres
-
-    try:
-        with private_postgres() as database_url:  # a cluster of its own: the head is forged for good
-            migrated = manage("migrate", "--noinput", database_url=database_url)
-            assert migrated.returncode == 0, migrated.stderr
-
-            out = last_json(manage("shell", "-c", FORGED_HEAD, database_url=database_url))
-            verified = manage("verify_audit", database_url=database_url)
-    except PostgresMissing as exc:
-        pytest.skip(str(exc))
+def test_an_append_outside_a_transaction_after_a_forged_head_raises_and_its_row_is_never_chained(
+    migrated_postgres_url: str,  # noqa: F811 - a migrated database of its own: the head is forged for good
+) -> None:
+    out = last_json(manage("shell", "-c", FORGED_HEAD, database_url=migrated_postgres_url))
+    verified = manage("verify_audit", database_url=migrated_postgres_url)
 
     assert out["refused"].startswith("the audit chain head (seq 1) has MAC by key deadbeef"), out
     assert (out["pending"], out["chained"]) == (1, 0)  # recorded, MAC'd, and never chained after that head
@@ -219,7 +212,12 @@ from audit.models import AuditEvent
 with services.audit_chain_held_off():
     for i in range(3):
         services.audit_event_record(source="agent", tool={tag!r}, call_id=f"c{{i}}")
-    time.sleep({block_s})  # AUDIT_CHAIN_GATHER_S is 50 ms: without the hold-off, chained by now
+    if {until} is None:
+        time.sleep({block_s})  # AUDIT_CHAIN_GATHER_S is 50 ms: without the hold-off, chained by now
+    else:  # until the chainer has chained {until} events, for at most block_s
+        deadline = time.monotonic() + {block_s}
+        while chained() < {until} and time.monotonic() < deadline:
+            time.sleep(0.02)
     during = chained()
 left = time.monotonic()
 waited = services.audit_chain_wait(timeout=30)
@@ -229,9 +227,11 @@ print(json.dumps({{"during": during, "after": chained(), "waited": waited, "afte
 )
 
 
-def held_off(database_url: str, *, hold_off_s: float, block_s: float) -> dict:
+def held_off(database_url: str, *, hold_off_s: float, block_s: float, until: int | None = None) -> dict:
+    """A run that appends 3 events and holds its chainer off for ``block_s`` (``until``: or until that many of them
+    are chained, whichever comes first)."""
     tag = f"held-{uuid.uuid4().hex[:8]}"
-    script = HELD_OFF.format(tag=tag, block_s=block_s)
+    script = HELD_OFF.format(tag=tag, block_s=block_s, until=until)
     done = manage("shell", "-c", script, database_url=database_url, env={"AUDIT_CHAIN_HOLD_OFF_S": str(hold_off_s)})
     return last_json(done)
 
@@ -249,7 +249,7 @@ def test_a_run_in_progress_holds_its_process_s_chainer_off_until_it_ends(
 def test_a_run_longer_than_the_hold_off_has_its_events_chained_while_it_runs(
     postgres_url: str,  # noqa: F811 - the fixture
 ) -> None:
-    out = held_off(postgres_url, hold_off_s=0.2, block_s=2.0)
+    out = held_off(postgres_url, hold_off_s=0.2, block_s=10.0, until=3)  # chained by ~0.25 s: no need to wait 10
 
     assert out["during"] == 3 and out["passes_before_leaving"] >= 1, out
 

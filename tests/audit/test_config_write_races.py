@@ -14,8 +14,9 @@ transactions really overlap; SQLite's IMMEDIATE transactions serialize writers):
 
 The SQLite tests make the "other path" change between the caller's read and its save (what a concurrent writer
 does); the PostgreSQL ones (``manage.py shell`` on a private cluster) run the writers in threads, pausing the
-first inside its transaction until the second has finished or three seconds have passed: with the fix the second
-waits for the first's lock, so the pause ends by the timeout and both changes are kept.
+first inside its transaction until the second has finished, or waits for a lock the first holds (seen in
+``pg_locks``), or three seconds have passed: with the fix the second waits for the first's lock, so the pause ends
+as soon as it does, and both changes are kept.
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ def test_a_deadlock_or_serialization_failure_is_a_503_with_retry_after_on_the_ap
 # ---- on PostgreSQL ---------------------------------------------------------------------------------------------
 
 SETUP = r"""
-import json, sys, threading, uuid
+import json, sys, threading, time, uuid
 from types import SimpleNamespace
 from django.conf import settings
 from django.db import connection, transaction
@@ -254,15 +255,27 @@ tool = McpTool.objects.get(server=server)
 contract = ToolContract.objects.get(tool=tool)
 services.tool_contract_update(contract=contract, actor="test", via="tests", data={"timeout_s": 5.0, "memo": False, "risk": "read"})
 
+def blocking_another():
+    '''Whether another connection waits for a lock this one's transaction holds (read live from pg_locks, on the
+    driver's cursor: no query of the platform's sees it).'''
+    connection.ensure_connection()
+    with connection.connection.cursor() as cursor:
+        cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted"
+                       " AND pg_backend_pid() = ANY(pg_blocking_pids(pid)))")
+        return cursor.fetchone()[0]
+
 def interleaved(first, second, owner, name):
     '''Run ``first`` in a thread; once it reaches ``owner.name`` (inside its transaction) it waits there until
-    ``second``, run in another thread, has finished, or 3 s. Returns the errors.'''
+    ``second``, run in another thread, has finished or waits for a lock the first holds (it cannot go on before
+    the first's transaction ends, however long the first waited), or 3 s. Returns the errors.'''
     original = getattr(owner, name)
     reached, second_done, errors = threading.Event(), threading.Event(), []
     def pausing(*args, **kwargs):
         if threading.current_thread().name == "first" and not reached.is_set():
             reached.set()
-            second_done.wait(timeout=3)
+            deadline = time.monotonic() + 3
+            while not second_done.wait(timeout=0.02) and not blocking_another() and time.monotonic() < deadline:
+                pass
         return original(*args, **kwargs)
     setattr(owner, name, pausing)
     def run(fn, done=None):

@@ -31,6 +31,8 @@ SERVICE_GROUP = (
     "from django.contrib.auth.models import Group; from audit.roles import group_save; "
     "group_save(group=Group(name='운영팀'), actor='admin', via='admin')"
 )
+# The record printed, then verify_audit run (in one process: Django starts once, not twice).
+EVENTS_THEN_VERIFY = EVENTS + "from django.core.management import call_command\ncall_command('verify_audit')\n"
 
 
 @pytest.mark.django_db
@@ -56,26 +58,34 @@ def test_the_groups_migrations_made_are_recorded_once_with_their_permissions() -
     assert verify().startswith("verified 2 events")
 
 
+def _printed_record(stdout: str) -> list[Any]:
+    """The record as EVENTS printed it (its one line of JSON)."""
+    [line] = [line for line in stdout.splitlines() if line.startswith("[")]
+    record: list[Any] = json.loads(line)
+    return record
+
+
 @pytest.mark.slow
 def test_a_fresh_migrate_records_its_roles_and_a_later_migrate_records_nothing_again(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "PLATFORM_AUDIT_MIGRATED_GROUPS")}
     env.update(PLATFORM_VAR_DIR=str(tmp_path), SQLITE_PATH=str(tmp_path / "db.sqlite3"), PYTHONIOENCODING="utf-8")
 
     manage_in(env, "migrate", "--noinput", "--verbosity", "0")
-    first = json.loads(manage_in(env, "shell", "-c", EVENTS).strip().splitlines()[-1])
+    # The record read, then a group made through the service (recorded by it), in one process.
+    first = _printed_record(manage_in(env, "shell", "-c", EVENTS + SERVICE_GROUP))
     assert sorted((action, actor, name, via) for action, actor, name, via, _ in first) == [
         ("config.group.create", MIGRATE_ACTOR, "auditor", "migrate"),
         ("config.group.create", MIGRATE_ACTOR, "reviewer", "migrate"),
     ]
 
-    manage_in(env, "shell", "-c", SERVICE_GROUP)  # recorded by the service
     manage_in(env, "migrate", "--noinput", "--verbosity", "0")
-    after = json.loads(manage_in(env, "shell", "-c", EVENTS).strip().splitlines()[-1])
+    printed = manage_in(env, "shell", "-c", EVENTS_THEN_VERIFY)
+    after = _printed_record(printed)
     assert after[:2] == first
     assert [(action, actor, name, via) for action, actor, name, via, _ in after[2:]] == [
         ("config.group.create", "admin", "운영팀", "admin")
     ]
-    assert "verified 3 events" in manage_in(env, "verify_audit")
+    assert "verified 3 events" in printed.strip().splitlines()[-1]
 
 
 def _events(action: str) -> list[tuple[str, str, dict[str, Any]]]:

@@ -43,7 +43,7 @@ def test_a_distinct_or_outer_join_update_is_recorded_on_postgres(postgres_url: s
 # --- review defects 1 and 2 (``test_roles_lock_order.py`` holds their SQLite halves) -------------------------------
 
 INTERLEAVED = r"""
-import json, threading, uuid
+import json, threading, time, uuid
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import connection, transaction
@@ -55,10 +55,22 @@ User = get_user_model()
 tag = uuid.uuid4().hex[:8]
 reached, second_done = threading.Event(), threading.Event()
 
+def blocking_another():
+    '''Whether another connection waits for a lock this one's transaction holds (read live from pg_locks, on the
+    driver's cursor: no query of the platform's sees it).'''
+    connection.ensure_connection()
+    with connection.connection.cursor() as cursor:
+        cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted"
+                       " AND pg_backend_pid() = ANY(pg_blocking_pids(pid)))")
+        return cursor.fetchone()[0]
+
 def pause():
-    '''Where the first writer waits, inside its transaction, until the second has finished (or 3 s).'''
+    '''Where the first writer waits, inside its transaction, until the second has finished or waits for a lock the
+    first holds (it cannot go on before the first's transaction ends, however long the first waited), or 3 s.'''
     reached.set()
-    second_done.wait(timeout=3)
+    deadline = time.monotonic() + 3
+    while not second_done.wait(timeout=0.02) and not blocking_another() and time.monotonic() < deadline:
+        pass
 
 def interleaved(first, second):
     errors = []

@@ -28,6 +28,7 @@ from agents.execution import run_execute
 from agents.models import Run
 from audit.models import AuditEvent
 from audit.visible import tool_data_block
+from mcpregistry import pool as pool_module
 from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import McpSessionPool, _StderrPipe
 from tests.conftest import discover_as_admin, make_agent
@@ -41,8 +42,10 @@ PROBE_SERVER = "tests.mcp_fixtures.probe_server"
 MALFORMED_SCHEMA_SERVER = "tests.mcp_fixtures.malformed_schema_server"
 CALL_TIMEOUT_S = 3.0
 # The pool gives a session at least 30 s to initialize whatever the binding's timeout; the tests that wait for
-# an initialize that never comes lower that floor (``short_initialize_deadline``) to keep the file fast.
-INITIALIZE_DEADLINE_S = 1.0
+# an initialize that never comes lower that floor (``short_initialize_deadline``) to keep the file fast. (The
+# probe's modes that never answer start without importing FastMCP: no start is cut short by this deadline.)
+INITIALIZE_DEADLINE_S = 0.5
+TERMINATION_GRACE_S = 0.5
 ECHO_SCHEMA = {
     "type": "object",
     "properties": {"text": {"type": "string"}},
@@ -167,7 +170,10 @@ def before() -> set[int]:
 
 @pytest.fixture
 def short_initialize_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lower the pool's 30 s floor on opening a session to ``INITIALIZE_DEADLINE_S``; everything else is real."""
+    """Lower the pool's 30 s floor on opening a session to ``INITIALIZE_DEADLINE_S``, and the SDK's 2 s grace for a
+    server to end once its stdin is closed (a server hung in ``initialize`` never reads it: it is then terminated,
+    as before, only sooner) to ``TERMINATION_GRACE_S``; everything else is real."""
+    monkeypatch.setattr(pool_module, "PROCESS_TERMINATION_TIMEOUT", TERMINATION_GRACE_S)
     original = McpSessionPool._with_session
 
     async def capped(self: McpSessionPool, connection: Any, operation: Any, **kwargs: Any) -> Any:
@@ -350,7 +356,7 @@ def test_a_run_calling_a_server_that_hangs_in_initialize_gets_a_timeout_failure(
     started = time.monotonic()
     run = run_calling(server)
     assert time.monotonic() - started < 20
-    # "did not initialize within 1s", in the run's language (the agent's: Korean), as the pool wrote it.
+    # "did not initialize within 0.5s", in the run's language (the agent's: Korean), as the pool wrote it.
     assert_a_failure_value(run, reason="timeout", says=f"{INITIALIZE_DEADLINE_S:g}초 안에 초기화되지 않음")
     assert "제한 시간 내에 응답하지 않음" in run.answer  # "did not answer in time", in the agent's language
     assert_no_process_left_behind(before)

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from tests.thirdparty import StdioCommand
 
 pytest_plugins = ["tests.thirdparty"]
-pytestmark = [pytest.mark.django_db, pytest.mark.thirdparty]
+# One test process runs this module's tests (bin/test's --dist loadgroup): its module-scoped set-up is made once.
+pytestmark = [pytest.mark.django_db, pytest.mark.thirdparty, pytest.mark.xdist_group("test_fetch_server")]
 
 PAGE = "<html><head><title>공지</title></head><body><h1>사내 공지</h1><p>프린터 점검은 금요일입니다.</p></body></html>"
 
@@ -59,8 +60,17 @@ def page_server() -> Iterator[str]:
     httpd.server_close()
 
 
+@pytest.fixture(scope="module")
+def _one_fetch_process() -> Iterator[None]:
+    """The module's tests bind the same command: the pool gives each the session (and server process) the test
+    before left (the allowed host is the contract's, in the database; a start of the server is a second or two).
+    Closed after the module's last test."""
+    yield
+    get_default_pool().close("fetch")
+
+
 @pytest.fixture
-def fetch(fetch_server_command: StdioCommand, page_server: str) -> Iterator[McpServer]:
+def fetch(fetch_server_command: StdioCommand, page_server: str, _one_fetch_process: None) -> McpServer:
     server = McpServer.objects.create(
         mcp_id="fetch",
         name="fetch",
@@ -80,8 +90,7 @@ def fetch(fetch_server_command: StdioCommand, page_server: str) -> Iterator[McpS
     contract.risk = "read"
     contract.full_clean()
     contract.save()
-    yield server
-    get_default_pool().close("fetch")
+    return server
 
 
 def call(server: McpServer, args: dict) -> gate.ToolResult:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -18,7 +19,8 @@ from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool
 from tests.conftest import DEMO_SECRET, bind_demo_server, discover_as_admin
 
-pytestmark = pytest.mark.django_db
+# One test process runs this module's tests (bin/test's --dist loadgroup): its module-scoped set-up is made once.
+pytestmark = [pytest.mark.django_db, pytest.mark.xdist_group("test_gate")]
 
 
 def probe(mcp_id: str = "probe", **env: str) -> McpServer:
@@ -50,11 +52,19 @@ def events(tool: str) -> list[tuple]:
     return list(calls.order_by("id").values_list("ok", "reason", "attempt"))
 
 
-@pytest.fixture
-def probe_server(db) -> McpServer:
-    server = probe()
-    yield server
+@pytest.fixture(scope="module")
+def _one_probe_process() -> Iterator[None]:
+    """The tests of this module that take ``probe_server`` share one probe process: each test binds it anew (its
+    database rows are rolled back), and the pool gives an equal binding the session it keeps (a start of the
+    probe is most of such a test's time). The process keeps what its tools count per key: each test uses keys of
+    its own (``count_calls``, ``flaky``). Closed after the module's last test."""
+    yield
     get_default_pool().close("probe")
+
+
+@pytest.fixture
+def probe_server(db, _one_probe_process: None) -> McpServer:
+    return probe()
 
 
 @pytest.mark.slow
@@ -74,7 +84,7 @@ def test_an_invented_argument_name_is_refused(probe_server) -> None:
 
 @pytest.mark.slow
 def test_a_tool_without_arguments_refuses_an_invented_one_before_sending(db) -> None:
-    server = bind_demo_server(mcp_id="noargs")
+    server = bind_demo_server()  # the suite's demo binding: its pooled session (and process) is shared
     result = call(server, "ping", {"verbose": True})
     assert (result.ok, result.error, result.attempts) == (False, "args:unknown:verbose", 0)
     assert "takes no arguments" in result.message
@@ -172,7 +182,7 @@ def test_a_bad_schema_is_not_retried_and_points_to_the_fallback(db, gate_clock) 
 def test_a_tools_own_error_names_the_fallback_only_for_when_the_input_was_right(db) -> None:
     """An unknown asset id is the tool's own error: the backup would not know it either, so the model is told to
     correct the id (the tool lists the known ones) and to use the backup only for any other error."""
-    server = bind_demo_server(mcp_id="assets")
+    server = bind_demo_server()  # the suite's demo binding: its pooled session (and process) is shared
     result = call(server, "get_asset_status", {"asset_id": "A-9999"})
     assert (result.error, result.attempts) == ("tool:error", 1)
     assert "'A-9999' 자산을 찾을 수 없습니다. 등록된 자산: A-1001" in result.message

@@ -42,7 +42,7 @@ class HttpServer:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                 return True
 
-        wait_until(listening, timeout=30, what="the HTTP MCP server")
+        wait_until(listening, timeout=30, what="the HTTP MCP server", interval=0.05)
 
     def stop(self) -> None:
         if self.process is not None:

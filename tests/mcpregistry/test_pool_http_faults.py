@@ -106,11 +106,18 @@ def test_a_call_in_flight_on_a_retired_session_keeps_its_answer_and_its_own_time
 
 @pytest.mark.slow
 def test_a_hundred_timed_out_calls_leave_a_healthy_tool_answering(endpoint: HostileHttp, pool: McpSessionPool) -> None:
-    """The reviewer's reproduction: past httpx's 100 connections every call on the session timed out."""
+    """The reviewer's reproduction: past httpx's 100 connections every call on the session timed out. The 105 calls
+    come from five callers at once (a worker's threads), each waiting out its own 0.2 s: a fifth of the time of one
+    after another, and as many stuck streams on a session kept after a timeout (the defect) as before."""
     config = http_config(endpoint)
-    for _ in range(105):
+
+    def times_out(_: int) -> bool:
         with pytest.raises(McpTimeoutError):
             pool.call_tool(config, "stream_forever", {}, timeout_s=0.2)
+        return True
+
+    with ThreadPoolExecutor(5) as callers:
+        assert all(callers.map(times_out, range(105)))
     began = time.monotonic()
     assert pool.call_tool(config, "ok", {}, timeout_s=10).text == "fine"
     assert time.monotonic() - began < 5

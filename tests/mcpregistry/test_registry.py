@@ -485,7 +485,7 @@ def test_the_api_callers_credentials_never_reach_an_mcp_server(db, tmp_path) -> 
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return True
 
-        wait_until(listening, timeout=30, what="the headers server")
+        wait_until(listening, timeout=30, what="the headers server", interval=0.05)
         server = McpServer.objects.create(
             mcp_id="headers",
             name="headers",

@@ -200,10 +200,10 @@ def test_rotation_on_postgres_in_batches(postgres_url: str) -> None:  # noqa: F8
 @pytest.mark.slow
 def test_the_idle_reaper_never_closes_a_session_with_a_call_in_flight() -> None:
     # A call may run up to PLATFORM_TOOL_TIMEOUT_MAX_S; sessions idle for PLATFORM_MCP_IDLE_CLOSE_S are reaped.
-    # Scaled down: a 2 s call under a 0.3 s idle limit.
+    # Scaled down: a 1 s call under a 0.3 s idle limit (the reaper looks every 0.15 s: five times past the limit).
     pool = McpSessionPool(idle_close_s=0.3)
     try:
-        assert pool.call_tool(raw_config(), "slow", {"s": 2}, timeout_s=20).text == "ok"
+        assert pool.call_tool(raw_config(), "slow", {"s": 1}, timeout_s=20).text == "ok"
         # Idle from when the call ended: still open just after it, closed once idle past the limit.
         assert len(pool.live_sessions()) == 1
         wait_until(lambda: pool.live_sessions() == {}, timeout=10, what="the idle session closed")
@@ -229,7 +229,7 @@ def slow_http() -> Iterator[str]:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return True
 
-        wait_until(listening, timeout=30, what="the slow HTTP MCP server")
+        wait_until(listening, timeout=30, what="the slow HTTP MCP server", interval=0.05)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()
@@ -238,12 +238,12 @@ def slow_http() -> Iterator[str]:
 
 @pytest.mark.slow
 def test_an_http_call_within_its_timeout_is_not_cut_by_the_sdks_read_timeout(monkeypatch, slow_http: str) -> None:
-    # The SDK reads for 300 s by default; a call may be allowed up to 3,600 s. Scaled: the SDK's 1 s against 2 s.
-    monkeypatch.setattr(httpx_utils, "MCP_DEFAULT_SSE_READ_TIMEOUT", 1.0)
+    # The SDK reads for 300 s by default; a call may be allowed up to 3,600 s. Scaled: the SDK's 0.5 s against 1 s.
+    monkeypatch.setattr(httpx_utils, "MCP_DEFAULT_SSE_READ_TIMEOUT", 0.5)
     pool = McpSessionPool()
     try:
         config = {"mcp_id": "slow", "transport": "streamable_http", "url": slow_http}
-        assert "done" in pool.call_tool(config, "slow", {"s": 2}, timeout_s=20).text
+        assert "done" in pool.call_tool(config, "slow", {"s": 1}, timeout_s=20).text
         [session] = pool._sessions.values()
         assert session.http_client is not None
         assert session.http_client.timeout.read > 3600  # as long as the longest call may last, and more

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,13 +24,22 @@ from tests.conftest import discover_as_admin, make_agent
 
 # Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
 # suite runs it.
-pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+# One test process runs this module's tests (bin/test's --dist loadgroup): its module-scoped set-up is made once.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.xdist_group("test_result_cap")]
 
 HUGE = 5_000_000
 
 
+@pytest.fixture(scope="module")
+def _one_probe_process() -> Iterator[None]:
+    """The module's tests bind the same probe: the pool gives each the session (and process) the test before left
+    (its tools keep no state; a start of the probe is most of such a test's time). Closed after the last test."""
+    yield
+    get_default_pool().close("big")
+
+
 @pytest.fixture
-def probe(db: Any) -> Any:
+def probe(db: Any, _one_probe_process: None) -> Any:
     server = McpServer.objects.create(
         mcp_id="big",
         name="big",
@@ -40,8 +50,7 @@ def probe(db: Any) -> Any:
         timeout_s=60,
     )
     assert discover_as_admin(server=server).ok
-    yield server
-    get_default_pool().close("big")
+    return server
 
 
 def call(server: McpServer, chars: int) -> gate.ToolResult:

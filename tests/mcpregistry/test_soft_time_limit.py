@@ -27,7 +27,7 @@ from django.conf import settings as dj_settings
 
 from agents.approvals import approval_decide
 from agents.execution import run_execute
-from agents.models import Agent, Approval, Run
+from agents.models import Approval, Run
 from audit.models import AuditEvent
 from mcpregistry.local_tools import LocalToolRunner
 from mcpregistry.models import McpServer, ToolContract
@@ -54,6 +54,36 @@ def soft_time_limit_in(seconds: float) -> Iterator[None]:
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@contextmanager
+def soft_time_limit_once(started: Callable[[], bool], after_s: float = 0.05) -> Iterator[None]:
+    """Celery's soft time limit as :func:`soft_time_limit_in` raises it, ``after_s`` after ``started()`` holds (a
+    tool's thread has begun): a thread waits for it and sets the timer; the signal's handler runs in the main
+    thread, the task's."""
+
+    def soft_limit(signum: int, frame: Any) -> None:
+        raise SoftTimeLimitExceeded()
+
+    done = threading.Event()
+
+    def arm() -> None:
+        while not done.is_set():
+            if started():
+                signal.setitimer(signal.ITIMER_REAL, after_s)
+                return
+            time.sleep(0.01)
+
+    old = signal.signal(signal.SIGALRM, soft_limit)
+    watcher = threading.Thread(target=arm, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
 
@@ -148,8 +178,9 @@ def test_an_approved_local_write_cut_short_by_the_soft_time_limit_ends_outcome_u
     assert discover_as_admin(server=server).ok
     ToolContract.objects.filter(tool__server=server, tool__name="sleepy").update(risk="write")
     run, approval = parked_write(server, "sleepy", {"seconds": 1}, caller_key)
-    Agent.objects.filter(pk=run.agent_id).update(time_limit_s=1)
-    with soft_time_limit_in(0.3):
+    # The limit comes once the write has started (on a loaded machine a fixed 0.3 s could end the run before its
+    # approved call began: the approval then expired, another case).
+    with soft_time_limit_once(lambda: bool(fixtures.EXECUTED.get("sleepy"))):
         run_execute(run_id=str(run.id))
     run.refresh_from_db()
     approval.refresh_from_db()
@@ -195,14 +226,19 @@ def test_an_approved_write_whose_session_was_opening_at_the_soft_time_limit_is_n
     server = McpServer.objects.create(
         mcp_id="slowstart",
         name="slowstart",
-        command="/bin/sh",
-        args=[script_file(f"sleep 2; exec {sys.executable} -m tests.mcp_fixtures.probe_server\n", ".sh")],
+        command=sys.executable,
+        args=["-m", "tests.mcp_fixtures.probe_server"],
         cwd=str(dj_settings.BASE_DIR),
         env={"NOTES_FILE": str(notes)},  # type: ignore[misc]
         session_scope="shared",
         timeout_s=20,
     )
     assert discover_as_admin(server=server).ok
+    # From now on the server takes 2 s to start: the write's session is the one that must be opening (discovered
+    # before the wait was put in: it would only have made the discovery wait too).
+    slow_start = script_file(f"sleep 2; exec {sys.executable} -m tests.mcp_fixtures.probe_server\n", ".sh")
+    McpServer.objects.filter(pk=server.pk).update(command="/bin/sh", args=[slow_start])
+    server.refresh_from_db()
     pool = get_default_pool()
     try:
         run, approval = parked_write(server, "append_note", {"text": "x"}, caller_key)
@@ -214,14 +250,16 @@ def test_an_approved_write_whose_session_was_opening_at_the_soft_time_limit_is_n
         approval.refresh_from_db()
         assert (run.status, run.error_code) == (Run.Status.FAILED, "time_limit")
         assert approval.status == Approval.Status.OUTCOME_UNKNOWN
-        # The session would have been open within 2 s and the write sent at once (it was, 3 s on, before).
-        time.sleep(4)
+        # The session would have been open within 2 s and the write sent at once (it was, 3 s on, before). Its
+        # process is the only writer of the notes: once it has ended, nothing can send the write any more. (Had the
+        # session gone on opening, the wait would last its 10 s, and the write would be in the notes by then.)
+        closed = wait_for(lambda: not set(pool.child_process_ids()) - before)
         assert not notes.exists()
         # The gate cannot tell a session still opening from a request on its way: the attempt is recorded as one
         # that may have gone out, its outcome unknown (never sent again); the server got nothing.
         [cut] = AuditEvent.objects.filter(run_id=run.id, action="tool.call")
         assert (cut.reason, cut.result["outcome_unknown"]) == ("time_limit", True)
         # The half-open session was closed, not left running with nobody to close it.
-        assert wait_for(lambda: not set(pool.child_process_ids()) - before)
+        assert closed
     finally:
         pool.close("slowstart")
