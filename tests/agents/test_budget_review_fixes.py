@@ -30,7 +30,7 @@ from tests.agents.test_budgets import price_house_model, scripted_agent, submit
 from tests.agents.test_budgets_unstored import interleave, turn_tokens
 from tests.agents.test_openai_compatible import openai_agent
 from tests.agents.test_poisoned_runs import approval_of, dispatched, fresh, held_by, store_corrupt  # noqa: F401
-from tests.e2e.harness import redis_server, wait_until
+from tests.e2e.harness import redis_server, wait_until, workers_killed_at_exit
 from tests.e2e.test_budgets_e2e import key_budget, model_turn_tokens
 from tests.e2e.workers import platform_without_workers
 from tests.openai_server import ScriptedOpenAIServer
@@ -129,7 +129,8 @@ SLOW_CALL_AGENT = {
         "provider": "scripted",
         "model_id": "house-model",
         "params": {
-            "latency_s": 6,  # each model call is out this long
+            # Each model call is out this long: 1 s to be sure it is out, then 3 s for the cancel and the refusal.
+            "latency_s": 4,
             "script": [
                 {"tool_calls": [{"name": "no_such_tool", "args": {}}], "usage": {"output_tokens": 100_000}},
                 {"content": "예산 안의 답"},
@@ -146,14 +147,19 @@ def test_through_a_worker_a_run_cancelled_mid_call_holds_its_room_until_the_work
     tmp_path: Path,
 ) -> None:
     env = {"PLATFORM_ALLOW_SCRIPTED_MODEL": "1"}
-    with redis_server(tmp_path) as broker_url, platform_without_workers(tmp_path, broker_url=broker_url, env=env) as p:
+    with (
+        redis_server(tmp_path) as broker_url,
+        platform_without_workers(tmp_path, broker_url=broker_url, env=env) as p,
+        workers_killed_at_exit(p),
+    ):
+        worker = p.start_worker("w1", concurrency=2, wait=False)  # it starts while the commands below run
         p.import_config({"agents": [SLOW_CALL_AGENT]})
         key_budget(p, max_tokens=1000, reservation=1000)
-        p.start_worker("w1", concurrency=2)
+        worker.wait_ready()
         with p.client() as client:
             run_id = client.post("/api/v1/runs", json={"agent": "budgeted", "query": "질문"}).json()["id"]
             wait_until(lambda: p.run_events(run_id, "status")[-1]["status"] == "running", timeout=60, what="running")
-            time.sleep(1.0)  # its first model call (6 s) is out
+            time.sleep(1.0)  # its first model call (4 s) is out
             assert client.post(f"/api/v1/runs/{run_id}/cancel").json()["status"] == "cancelled"
             refused = client.post("/api/v1/runs", json={"agent": "budgeted", "query": "질문"})
             assert refused.status_code == 429, refused.text

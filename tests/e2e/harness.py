@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 import pytest
@@ -33,13 +33,46 @@ def free_port() -> int:
 
 
 def wait_until(predicate, *, timeout: float, what: str, interval: float = 0.2) -> None:  # type: ignore[no-untyped-def]
+    """Polls ``predicate`` until it is true (an exception counts as false), or fails the test after ``timeout``.
+    The first polls come quickly (10 ms apart, then half as much again each time) and the gap grows to
+    ``interval``: a condition met at once (a port that opens in a tenth of a second, a row just written) is
+    seen at once, and a long wait costs no more polls than with ``interval`` alone."""
     deadline = time.monotonic() + timeout
+    gap = min(0.01, interval)
     while time.monotonic() < deadline:
         with contextlib.suppress(Exception):
             if predicate():
                 return
-        time.sleep(interval)
+        time.sleep(gap)
+        gap = min(gap * 1.5, interval)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+T = TypeVar("T")
+
+
+class SharedBetweenTests(Generic[T]):
+    """One expensive set-up (a platform: its broker, web server and configuration) for the tests of a module that
+    each leave it as they found it. ``make`` returns a context manager; :meth:`get` enters it on first use and
+    returns what it gave; :meth:`discard` exits it, and the next :meth:`get` makes a new one: a test that could not
+    leave the set-up as it found it (it failed midway) discards it, so that the next test does not inherit its
+    state. A module-scoped fixture holds one and discards it at its end."""
+
+    def __init__(self, make: Callable[[], contextlib.AbstractContextManager[T]]) -> None:
+        self._make = make
+        self._held: tuple[T, contextlib.ExitStack] | None = None
+
+    def get(self) -> T:
+        if self._held is None:
+            with contextlib.ExitStack() as stack:
+                value = stack.enter_context(self._make())
+                self._held = (value, stack.pop_all())
+        return self._held[0]
+
+    def discard(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held[1].close()
 
 
 # --- a seeded database, made once per test session -----------------------------------------------------------
@@ -96,23 +129,48 @@ def manage_in(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
-def seed_from_scratch(env: dict[str, str]) -> str:
-    """What an operator runs: ``migrate``, ``seed_demo``, ``create_api_key e2e``; returns the API key."""
+def seed_as_an_operator(env: dict[str, str]) -> str:
+    """What an operator runs: ``migrate``, ``seed_demo``, ``create_api_key e2e``, three commands; returns the API
+    key."""
     manage_in(env, "migrate", "--noinput", "-v0")
     manage_in(env, "seed_demo")
     return manage_in(env, "create_api_key", "e2e").strip().splitlines()[-1]
+
+
+# The three commands of ``seed_as_an_operator`` in one process (``call_command``): Django starts once, not three
+# times (about a second of CPU each). The key is the last line, as ``create_api_key`` prints it.
+_SEED_IN_ONE_PROCESS = (
+    "import django; django.setup(); from django.core.management import call_command; "
+    "call_command('migrate', interactive=False, verbosity=0); call_command('seed_demo'); "
+    "call_command('create_api_key', 'e2e')"
+)
+
+
+def seed_from_scratch(env: dict[str, str]) -> str:
+    """``migrate``, ``seed_demo`` and ``create_api_key e2e`` (the commands :func:`seed_as_an_operator` runs) in one
+    process with ``env``: a fresh database (PostgreSQL's, the session's template); returns the API key."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SEED_IN_ONE_PROCESS],
+        cwd=ROOT,
+        env={"DJANGO_SETTINGS_MODULE": "agent_platform.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"seeding failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout.strip().splitlines()[-1]
 
 
 def seeded(env: dict[str, str], *, extra: dict[str, str] | None = None) -> str:
     """:func:`seed_from_scratch` for a platform whose SQLite file and var folder are ``env``'s ``SQLITE_PATH`` and
     ``PLATFORM_VAR_DIR``, from a copy; returns the API key.
 
-    The three commands start Django three times and cost about 15 s of CPU on two cores; they run once per test
-    session (in the environment without the caller's ``extra`` variables, which are the run-time knobs of its
-    test), and each platform gets a copy of the result: the database (with SQLite's backup API) and the keys
-    under var/ that its secrets and audit chain were written with. A platform whose ``extra`` names a variable
-    that seeding reads is seeded from scratch. ``tests/e2e/test_platform_e2e.py`` seeds from scratch, as an
-    operator does."""
+    The three commands cost about 13 s of CPU on two cores (in one process, :func:`seed_from_scratch`); they run
+    once per test session (in the environment without the caller's ``extra`` variables, which are the run-time
+    knobs of its test), and each platform gets a copy of the result: the database (with SQLite's backup API) and
+    the keys under var/ that its secrets and audit chain were written with. A platform whose ``extra`` names a variable
+    that seeding reads is seeded from scratch. ``tests/e2e/test_platform_e2e.py`` seeds with the three commands, as
+    an operator does (:func:`seed_as_an_operator`)."""
     global _template
     if any(name.startswith(_SEEDING_VARIABLES) for name in extra or {}):
         return seed_from_scratch(env)
@@ -167,10 +225,19 @@ def publish_with_twin_candidate(manage: Callable[..., str], agent: str = "compan
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
+    _stop_together([process])
+
+
+def _stop_together(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each process still running, all at once, then each is waited for (20 s for them all; one still
+    running then is killed): their shutdowns (a Celery worker's warm shutdown takes seconds) overlap."""
+    running = [process for process in processes if process.poll() is None]
+    for process in running:
         process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    for process in running:
         try:
-            process.wait(timeout=20)
+            process.wait(timeout=max(deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
@@ -206,7 +273,7 @@ def running_platform(
     def manage(*args: str) -> str:
         return manage_in(env, *args)
 
-    api_key = seed_from_scratch(env) if as_an_operator else seeded(env)
+    api_key = seed_as_an_operator(env) if as_an_operator else seeded(env)
     if config is not None:
         manage("import_config", str(config))
     if discover:
@@ -259,8 +326,21 @@ def running_platform(
             base_url=base_url, api_key=api_key, db_path=workdir / "db.sqlite3", logs=logs, manage=manage
         )
     finally:
-        for process in reversed(processes):
-            _stop(process)
+        _stop_together(processes)
+
+
+@contextlib.contextmanager
+def workers_killed_at_exit(platform: Any) -> Iterator[Any]:
+    """``platform`` (a ``tests.e2e.workers.Platform``), whose workers still running at the exit are killed
+    (SIGKILL, with the pool processes and MCP servers they started, ``Worker.kill``) before the platform stops:
+    for a test that asserts nothing of how its workers stop, which would otherwise stop one after another with a
+    warm shutdown (seconds each)."""
+    try:
+        yield platform
+    finally:
+        for worker in platform.workers:
+            if worker.process.poll() is None:
+                worker.kill()
 
 
 @contextlib.contextmanager

@@ -9,8 +9,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import redis_server, wait_until
-from tests.e2e.test_worker_loss import FAST_LIFECYCLE, SLEEPER, submit, wait_until_finished, wait_until_the_tool_sleeps
+from tests.e2e.harness import redis_server, wait_until, workers_killed_at_exit
+from tests.e2e.test_worker_loss import (
+    FAST_LIFECYCLE,
+    SLEEPER,
+    submit,
+    wait_until_finished,
+    wait_until_the_lease_lapses,
+    wait_until_the_tool_sleeps,
+)
 from tests.e2e.workers import Platform, platform_without_workers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
@@ -44,7 +51,11 @@ def test_runs_on_one_key_are_admitted_until_its_budget_is_spent_then_refused_wit
     tmp_path: Path,
 ) -> None:
     env = {"PLATFORM_ALLOW_SCRIPTED_MODEL": "1"}
-    with redis_server(tmp_path) as broker_url, platform_without_workers(tmp_path, broker_url=broker_url, env=env) as p:
+    with (
+        redis_server(tmp_path) as broker_url,
+        platform_without_workers(tmp_path, broker_url=broker_url, env=env) as p,
+        workers_killed_at_exit(p),
+    ):
         p.start_worker("w1")
         p.import_config({"agents": [AGENT]})
         # What one run costs in tokens (the scripted model counts a quarter token per character), measured first.
@@ -79,10 +90,11 @@ def model_turn_tokens(platform: Platform, run_id: str) -> int:
 def test_runs_cancelled_mid_call_or_lost_with_their_worker_are_charged_for_their_model_calls(tmp_path: Path) -> None:
     env = {**FAST_LIFECYCLE, "PLATFORM_RUN_MAX_DELIVERIES": "1", "PLATFORM_ALLOW_SCRIPTED_MODEL": "1"}
     with redis_server(tmp_path) as broker_url, platform_without_workers(tmp_path, broker_url=broker_url, env=env) as p:
+        worker = p.start_worker("w1", wait=False)  # it starts while the commands below run (it has no run yet)
         p.import_config(SLEEPER)
         p.manage("mcp_discover", "probe")
         key_budget(p, max_tokens=100_000, reservation=5_000)
-        worker = p.start_worker("w1")
+        worker.wait_ready()
 
         # Cancelled while its tool sleeps: its worker stops at the next step and stores no outcome.
         cancelled = submit(p)
@@ -101,6 +113,7 @@ def test_runs_cancelled_mid_call_or_lost_with_their_worker_are_charged_for_their
         lost = submit(p)
         wait_until_the_tool_sleeps(p, lost)
         worker.kill()
+        wait_until_the_lease_lapses(p, lost)
         wait_until(
             lambda: "worker_lost: 1" in p.manage("reconcile_runs"), timeout=60, what="the reconciler", interval=0.5
         )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.harness import workers_killed_at_exit
 from tests.e2e.workers import Platform, platform_without_workers
 
 pytestmark = [pytest.mark.e2e]
@@ -29,7 +30,7 @@ def _change(platform: Platform, code: str) -> None:
 
 
 def test_a_workers_cached_configuration_follows_changes_made_by_another_process(tmp_path: Path) -> None:
-    with platform_without_workers(tmp_path, broker_url="filesystem://") as platform:
+    with platform_without_workers(tmp_path, broker_url="filesystem://") as platform, workers_killed_at_exit(platform):
         worker = platform.start_worker("one")
         first = _ask(platform)
         assert [r["tool"] for r in first["deterministic_results"]] == ["search_employee"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cryptography.fernet import Fernet
 
-from tests.e2e.harness import redis_server, wait_until
+from tests.e2e.harness import redis_server, wait_until, workers_killed_at_exit
 from tests.e2e.workers import platform_without_workers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
@@ -32,6 +32,7 @@ def test_a_run_whose_agents_secret_cannot_be_decrypted_fails_once_with_its_reaso
     with (
         redis_server(tmp_path) as broker_url,
         platform_without_workers(tmp_path, broker_url=broker_url, env=FAST_LIFECYCLE) as platform,
+        workers_killed_at_exit(platform),
     ):
         with platform.client() as client:
             response = client.post("/api/v1/runs", json={"agent": "company-assistant", "query": QUESTION})

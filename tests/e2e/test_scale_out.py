@@ -23,19 +23,20 @@ def test_four_workers_on_postgres_lose_no_run_and_run_none_twice_with_one_killed
     if postgres_bindir() is None:
         pytest.skip("PostgreSQL is not installed")
     command = ["bench.load", "--postgres", "--workers", "4", "--kill-midway", "--write-every", "4"]
-    command += ["--runs", "80", "--clients", "20"]
+    # 40 runs: ten a worker, twenty finished before the kill and twenty after it, ten of them write calls.
+    command += ["--runs", "40", "--clients", "20"]
     done = run_bench(*command, "--timeout", "400", timeout=900)
 
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     found = bench_figures(done.stdout)
     assert found["workers"] == 4
     assert found["workers_killed"] == 1
-    assert found["runs"] == found["succeeded"] == 80
+    assert found["runs"] == found["succeeded"] == 40
     assert found["lost"] == 0
     assert found["runs_finished_twice"] == 0
     # Every fourth run made a write call (but one the kill cut off while it went out: its outcome is unknown, and
     # it is never sent again): the check below had writes to check.
-    assert 0 < found["write_calls_checked"] <= 20
+    assert 0 < found["write_calls_checked"] <= 10
     assert found["write_calls_twice"] == 0
     # A read may run again, but only in a run a second delivery took over from the killed worker.
     assert found["reads_repeated_outside_taken_over_runs"] == 0

@@ -3,12 +3,17 @@ call is under way. Leases are 3 s and the workers' reconciler runs every second,
 within seconds.
 
 The run: a scripted model calls the probe server's ``echo`` (a quick read call that also opens the MCP
-session), then its ``sleep`` for 8 s, then answers. A worker is killed one second after the model asked for
-``sleep``, i.e. while the tool sleeps.
+session), then its ``sleep`` for 5 s (longer than a lease, so that a run that completes was kept by its
+heartbeat), then answers. A worker is killed one second after the model asked for ``sleep``, i.e. while the tool
+sleeps.
+
+The three tests share one platform (Redis, web server, the probe's configuration): each starts its own workers,
+which are killed after it, so that none takes or reconciles another test's run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Iterator
@@ -16,12 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import ROOT, redis_server, wait_until
+from tests.e2e.harness import ROOT, SharedBetweenTests, redis_server, wait_until
 from tests.e2e.workers import Platform, platform_without_workers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
-SLEEP_S = 8.0
+# Longer than a lease (3 s) with room to spare: without its heartbeat the run would be taken over mid-sleep.
+SLEEP_S = 5.0
 FAST_LIFECYCLE = {
     "PLATFORM_RUN_LEASE_S": "3",
     "PLATFORM_RECONCILE_INTERVAL_S": "1",
@@ -62,13 +68,46 @@ SLEEPER = {
 }
 
 
-@pytest.fixture
-def platform(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Platform]:
-    env = {**FAST_LIFECYCLE, **getattr(request, "param", {})}
-    with redis_server(tmp_path) as broker_url, platform_without_workers(tmp_path, broker_url=broker_url, env=env) as p:
+@contextlib.contextmanager
+def sleeper_platform(workdir: Path) -> Iterator[Platform]:
+    with (
+        redis_server(workdir) as broker_url,
+        platform_without_workers(workdir, broker_url=broker_url, env=FAST_LIFECYCLE) as p,
+    ):
         p.import_config(SLEEPER)
         p.manage("mcp_discover", "probe")
         yield p
+
+
+@pytest.fixture(scope="module")
+def shared_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedBetweenTests[Platform]]:
+    shared = SharedBetweenTests(lambda: sleeper_platform(tmp_path_factory.mktemp("worker-loss")))
+    yield shared
+    shared.discard()
+
+
+def unfinished_runs(platform: Platform) -> int:
+    return platform.query("SELECT COUNT(*) FROM agents_run WHERE status NOT IN ('succeeded', 'failed', 'cancelled')")[
+        0
+    ][0]
+
+
+@pytest.fixture
+def platform(shared_platform: SharedBetweenTests[Platform]) -> Iterator[Platform]:
+    """The module's platform, with no worker and no unfinished run: the test starts its workers, and every one
+    still alive after it is killed (with what it started), so that none takes or reconciles the next test's run.
+    A test that leaves a run unfinished (it failed) leaves a platform the next test does not get: a new one is
+    made."""
+    p = shared_platform.get()
+    assert all(worker.process.poll() is not None for worker in p.workers) and unfinished_runs(p) == 0
+    try:
+        yield p
+    finally:
+        for worker in p.workers:
+            if worker.process.poll() is None:
+                worker.kill()
+        if unfinished_runs(p):
+            shared_platform.discard()
 
 
 def submit(platform: Platform) -> str:
@@ -78,14 +117,31 @@ def submit(platform: Platform) -> str:
         return str(response.json()["id"])
 
 
-def wait_until_the_tool_sleeps(platform: Platform, run_id: str) -> None:
+def wait_until_the_model_asks_for_sleep(platform: Platform, run_id: str) -> None:
     def asked_for_sleep() -> bool:
         return any("call_sleep" in str(e) for e in platform.run_events(run_id, "model_turn"))
 
     wait_until(asked_for_sleep, timeout=60, what="the model to call sleep")
+
+
+def wait_until_the_tool_sleeps(platform: Platform, run_id: str) -> None:
+    wait_until_the_model_asks_for_sleep(platform, run_id)
     # The call goes out within milliseconds of the model's turn, over the session echo opened; the tool
-    # sleeps for 8 s: one second in, it is sleeping.
+    # sleeps for 5 s: one second in, it is sleeping.
     time.sleep(1.0)
+
+
+def wait_until_the_lease_lapses(platform: Platform, run_id: str) -> None:
+    """Until the run's lease (3 s from its worker's last heartbeat) has lapsed, by the database's clock: a
+    reconciler pass from then on takes the run for lost. (Read from the database, which costs nothing, rather than
+    found by running ``reconcile_runs`` again and again, a process start each.)"""
+    lapsed = "SELECT julianday(lease_expires_at) < julianday('now') FROM agents_run WHERE id = ?"
+    wait_until(
+        lambda: platform.query(lapsed, run_id.replace("-", ""))[0][0] == 1,
+        timeout=30,
+        what=f"the lease of run {run_id} to lapse",
+        interval=0.1,
+    )
 
 
 def wait_until_finished(platform: Platform, run_id: str, timeout: float = 90) -> dict:
@@ -105,18 +161,22 @@ def runs_left_running(platform: Platform) -> int:
 def test_a_run_whose_worker_is_killed_mid_call_is_delivered_again_and_completes_once(platform: Platform) -> None:
     first = platform.start_worker("first")
     run_id = submit(platform)
-    wait_until_the_tool_sleeps(platform, run_id)
+    wait_until_the_model_asks_for_sleep(platform, run_id)
+    # The second worker starts now, while the first holds the run's only message: it cannot take it, and it is
+    # up by the time the run's lease lapses.
+    second = platform.start_worker("second", wait=False)
+    time.sleep(1.0)  # the sleep call is out: as in wait_until_the_tool_sleeps
     [first_pool] = first.pool_processes()
     first.kill()
     row = platform.run_row(run_id)
     assert (row["status"], row["delivery_count"], row["worker"].split(":")[1]) == ("running", 1, str(first_pool))
 
-    second = platform.start_worker("second")
+    second.wait_ready()
     row = wait_until_finished(platform, run_id)
     assert row["status"] == "succeeded", row["error_message"]
     assert row["answer"] == f'done: <tool_data>\n"slept {SLEEP_S}"\n</tool_data>'  # the model reads data
     # Delivered twice: the first worker's claim, then the second's after the reconciler queued it again. Its
-    # lease (3 s) was renewed by the heartbeat through the 8-s sleep, or it would have been taken over again.
+    # lease (3 s) was renewed by the heartbeat through the 5-s sleep, or it would have been taken over again.
     [second_pool] = second.pool_processes()
     assert (row["delivery_count"], row["worker"].split(":")[1]) == (2, str(second_pool))
     # The audit records completed attempts: echo completed in both deliveries (a read call may repeat); the
@@ -158,16 +218,23 @@ def test_a_redelivery_while_the_lease_lives_waits_for_the_reconciler(platform: P
     assert runs_left_running(platform) == 0
 
 
-@pytest.mark.parametrize("platform", [{"PLATFORM_RUN_MAX_DELIVERIES": "1"}], indirect=True)
+# The worker and the operator's pass both count deliveries against this (the web server has no use for it).
+ONE_DELIVERY = {"PLATFORM_RUN_MAX_DELIVERIES": "1"}
+
+
 def test_a_run_never_stays_running_after_its_worker_is_gone(platform: Platform) -> None:
-    worker = platform.start_worker("doomed")
+    worker = platform.start_worker("doomed", env=ONE_DELIVERY)
     run_id = submit(platform)
     wait_until_the_tool_sleeps(platform, run_id)
     worker.kill()
     assert platform.run_row(run_id)["status"] == "running"
     # No worker left: the operator's one-off pass (cron, or beat) ends the run once its lease has lapsed.
+    wait_until_the_lease_lapses(platform, run_id)
     wait_until(
-        lambda: "worker_lost: 1" in platform.manage("reconcile_runs"), timeout=60, what="the reconciler", interval=0.5
+        lambda: "worker_lost: 1" in platform.manage("reconcile_runs", env=ONE_DELIVERY),
+        timeout=60,
+        what="the reconciler",
+        interval=0.5,
     )
     row = platform.run_row(run_id)
     assert (row["status"], row["error_code"]) == ("failed", "worker_lost")

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import httpx
 
-from tests.e2e.harness import ROOT, _stop, free_port, manage_in, seed_from_scratch, seeded, wait_until
+from tests.e2e.harness import ROOT, _stop, _stop_together, free_port, manage_in, seed_from_scratch, seeded, wait_until
 
 
 def descendants(pid: int) -> list[int]:
@@ -261,6 +261,6 @@ def platform_without_workers(
         )
         yield platform
     finally:
-        for worker in platform.workers:
-            worker.stop()
-        _stop(web_process)
+        # All at once: a Celery worker's warm shutdown takes seconds (its consumer loop, its pool, its timers), and
+        # one after the other they added up.
+        _stop_together([*(worker.process for worker in platform.workers), web_process])

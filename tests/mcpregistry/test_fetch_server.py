@@ -26,8 +26,7 @@ if TYPE_CHECKING:
     from tests.thirdparty import StdioCommand
 
 pytest_plugins = ["tests.thirdparty"]
-# One test process runs this module's tests (bin/test's --dist loadgroup): its module-scoped set-up is made once.
-pytestmark = [pytest.mark.django_db, pytest.mark.thirdparty, pytest.mark.xdist_group("test_fetch_server")]
+pytestmark = [pytest.mark.django_db, pytest.mark.thirdparty]
 
 PAGE = "<html><head><title>공지</title></head><body><h1>사내 공지</h1><p>프린터 점검은 금요일입니다.</p></body></html>"
 

@@ -19,8 +19,7 @@ from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool
 from tests.conftest import DEMO_SECRET, bind_demo_server, discover_as_admin
 
-# One test process runs this module's tests (bin/test's --dist loadgroup): its module-scoped set-up is made once.
-pytestmark = [pytest.mark.django_db, pytest.mark.xdist_group("test_gate")]
+pytestmark = pytest.mark.django_db
 
 
 def probe(mcp_id: str = "probe", **env: str) -> McpServer:

@@ -24,8 +24,7 @@ from tests.conftest import discover_as_admin, make_agent
 
 # Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
 # suite runs it.
-# One test process runs this module's tests (bin/test's --dist loadgroup): its module-scoped set-up is made once.
-pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.xdist_group("test_result_cap")]
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 HUGE = 5_000_000
 
