@@ -157,6 +157,18 @@ def _port(url: str) -> int:
     return port
 
 
+def blocking_another(connection: Any) -> bool:
+    """Whether another connection waits for a lock ``connection``'s transaction holds (read live from pg_locks, on
+    the driver's cursor: no query of the platform's sees it). For the race scripts the tests run in a platform
+    process: a first writer waits inside its transaction until the second waits on its lock, not a fixed pause."""
+    connection.ensure_connection()
+    with connection.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted AND pg_backend_pid() = ANY(pg_blocking_pids(pid)))"
+        )
+        return bool(cursor.fetchone()[0])
+
+
 def platform_env(*, database_url: str | None = None, sqlite_path: str | None = None) -> dict[str, str]:
     """This process's environment for a platform process on the given database (PostgreSQL or an SQLite file)."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "agent_platform.settings"}

@@ -42,13 +42,8 @@ resumed_nothing = threading.Event()
 run_resume = approvals_module.run_resume
 
 def blocking_another():
-    '''Whether another connection waits for a lock this one's transaction holds (read live from pg_locks, on the
-    driver's cursor: no query of the platform's sees it).'''
-    connection.ensure_connection()
-    with connection.connection.cursor() as cursor:
-        cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted"
-                       " AND pg_backend_pid() = ANY(pg_blocking_pids(pid)))")
-        return cursor.fetchone()[0]
+    from tests.postgres import blocking_another as waits_on_us  # read live from pg_locks
+    return waits_on_us(connection)
 
 def decision_pauses_after_finding_the_run_running(**kwargs):
     queued = run_resume(**kwargs)  # the run is still running: nothing to queue

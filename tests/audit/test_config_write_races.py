@@ -256,13 +256,8 @@ contract = ToolContract.objects.get(tool=tool)
 services.tool_contract_update(contract=contract, actor="test", via="tests", data={"timeout_s": 5.0, "memo": False, "risk": "read"})
 
 def blocking_another():
-    '''Whether another connection waits for a lock this one's transaction holds (read live from pg_locks, on the
-    driver's cursor: no query of the platform's sees it).'''
-    connection.ensure_connection()
-    with connection.connection.cursor() as cursor:
-        cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted"
-                       " AND pg_backend_pid() = ANY(pg_blocking_pids(pid)))")
-        return cursor.fetchone()[0]
+    from tests.postgres import blocking_another as waits_on_us  # read live from pg_locks
+    return waits_on_us(connection)
 
 def interleaved(first, second, owner, name):
     '''Run ``first`` in a thread; once it reaches ``owner.name`` (inside its transaction) it waits there until

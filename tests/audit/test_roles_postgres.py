@@ -56,13 +56,8 @@ tag = uuid.uuid4().hex[:8]
 reached, second_done = threading.Event(), threading.Event()
 
 def blocking_another():
-    '''Whether another connection waits for a lock this one's transaction holds (read live from pg_locks, on the
-    driver's cursor: no query of the platform's sees it).'''
-    connection.ensure_connection()
-    with connection.connection.cursor() as cursor:
-        cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted"
-                       " AND pg_backend_pid() = ANY(pg_blocking_pids(pid)))")
-        return cursor.fetchone()[0]
+    from tests.postgres import blocking_another as waits_on_us  # read live from pg_locks
+    return waits_on_us(connection)
 
 def pause():
     '''Where the first writer waits, inside its transaction, until the second has finished or waits for a lock the
