@@ -372,6 +372,10 @@ def metrics(request: HttpRequest) -> HttpResponse:
             json_dumps_params={"ensure_ascii": False},
         )
         response["Retry-After"] = str(DATABASE_RETRY_AFTER_S)
+        # The warning above says why; Django's own ERROR line for the 503 would be written at every scrape (every
+        # 15 s or so) for as long as the outage lasts, paging whoever alerts on ERROR lines for what is no error of
+        # the platform's.
+        response._has_been_logged = True  # type: ignore[attr-defined]  # Django's flag: log_response() writes nothing
         return response
     return HttpResponse(exposition, content_type=CONTENT_TYPE_LATEST)
 

@@ -293,6 +293,10 @@ def test_a_run_submitted_and_a_scrape_while_the_database_is_down_answer_503(tmp_
         assert json.loads(body) == {
             "error": {"code": "unavailable", "message": "The database is not available right now. Try again shortly."}
         }
+    # The scrape's 503 is told once, by the platform's warning; Django's ERROR line for it would be written at every
+    # scrape for as long as the outage lasts.
+    assert "metrics: the database did not answer" in done.stderr
+    assert "Service Unavailable: /metrics" not in done.stderr, done.stderr
 
 
 # --- 4. probes under PLATFORM_TLS=django ---------------------------------------------------------------------------
