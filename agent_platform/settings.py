@@ -452,7 +452,10 @@ LOGGING = {
     "disable_existing_loggers": False,
     "filters": {"mask_secrets": {"()": "audit.masking.SecretMaskingFilter"}},
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "plain": {
+            "()": "agent_platform.telemetry.PlainLogFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
         "json": {"()": "agent_platform.telemetry.JsonLogFormatter"},
     },
     "handlers": {

@@ -733,6 +733,21 @@ def _django_response_text(message: str) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
+def _is_django_response(record: logging.LogRecord) -> bool:
+    """Whether ``record`` is Django's line about a response (``log_response()``'s and ``log_message()``'s)."""
+    return record.name.startswith("django.") and hasattr(record, "status_code") and hasattr(record, "request")
+
+
+class PlainLogFormatter(logging.Formatter):
+    """The plain line (``LOG_FORMAT`` unset): Django's lines about a response say the request's path as written
+    (``_django_response_text``: ``Not Found: /api/v1/좌표``), as the JSON line does."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        if _is_django_response(record):
+            record = logging.makeLogRecord({**record.__dict__, "message": _django_response_text(record.message)})
+        return super().formatMessage(record)
+
+
 class JsonLogFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and the run id and trace id where known
     (``LOG_FORMAT=json``). The handler's masking filter has already masked the record. Django's lines about a
@@ -741,7 +756,7 @@ class JsonLogFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
-        if record.name.startswith("django.") and hasattr(record, "status_code") and hasattr(record, "request"):
+        if _is_django_response(record):
             message = _django_response_text(message)  # log_response()'s and log_message()'s records
         entry: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),

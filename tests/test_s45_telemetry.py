@@ -14,6 +14,7 @@ Spans are read with the SDK's ``InMemorySpanExporter`` (``spans`` in conftest); 
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
@@ -27,6 +28,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 import agent_platform.telemetry as telemetry
 from agent_platform.celery import app as celery_app
+from agent_platform.telemetry import PlainLogFormatter
 from agents.execution import run_execute
 from agents.models import Agent, DeterministicRule, Run
 from agents.tasks import run_agent
@@ -263,3 +265,30 @@ def test_a_callers_trace_continued_without_recording_names_no_trace_in_log_lines
     assert line["message"] == "여기"
     assert "trace_id" not in line and "span_id" not in line
     assert meta is not None and meta["traceparent"] == f"00-{'e' * 32}-{CALLER_SPAN}-01"
+
+
+@pytest.mark.django_db
+def test_the_plain_line_says_a_korean_path_as_written_and_keeps_control_characters_escaped() -> None:
+    """``LOG_FORMAT`` unset: Django's line about a response says the path as the JSON line does (Django escapes its
+    arguments to ASCII: ``Not Found: /api/v1/\\uc88c\\ud45c`` was what an operator read); a control character stays
+    escaped, so a path cannot start a line of its own."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(PlainLogFormatter("%(levelname)s %(name)s %(message)s"))
+    logger = logging.getLogger("django.request")
+    logger.addHandler(handler)
+    try:
+        assert Client().get("/api/v1/nonexistent-좌표").status_code == 404
+        assert Client().get("/nowhere-%0A-%1B[31m-한").status_code == 404
+    finally:
+        logger.removeHandler(handler)
+    assert stream.getvalue().splitlines() == [
+        "WARNING django.request Not Found: /api/v1/nonexistent-좌표",
+        "WARNING django.request Not Found: /nowhere-\\n-\\x1b[31m-한",
+    ]
+
+
+def test_the_settings_plain_format_is_the_platforms_formatter() -> None:
+    from django.conf import settings
+
+    assert settings.LOGGING["formatters"]["plain"]["()"] == "agent_platform.telemetry.PlainLogFormatter"
