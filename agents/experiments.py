@@ -3,9 +3,12 @@
 An arm moved to another version mid-experiment has a row per version (``arm_metrics``): each row is one version's
 runs. Proportions (success rate, tool-citation rate) get a 95 % Wilson interval and are compared with the first row
 by a **two-proportion z-test** (pooled standard error, two-sided); means (feedback, latency) get a
-normal-approximation 95 % interval and are compared by **Welch's test** (unequal variances, two-sided, the normal
-approximation: it is only applied from ``MIN_RUNS`` observations per arm, where it holds). "Significant" means
-p < 0.05; with fewer than ``MIN_RUNS`` observations in either arm nothing is called significant.
+95 % interval from Student's t (``t975``: with a handful of ratings the normal one was several times too narrow)
+and are compared by **Welch's test** (unequal variances, two-sided, the normal approximation: it is only applied
+from ``MIN_RUNS`` observations per arm, where it holds). "Significant" means p < 0.05; with fewer than ``MIN_RUNS``
+observations in either arm nothing is called significant. A p-value is shown to three decimals, or as many more as
+keep it on its side of 0.05 (``p_text``). Percentiles interpolate between the closest ranks, as the benches' do
+(``bench._stats.percentile``): a p50 is the median.
 """
 
 from __future__ import annotations
@@ -22,6 +25,22 @@ from agents.models import Agent, Run
 Z95 = 1.959963984540054
 MIN_RUNS = 30
 ALPHA = 0.05
+
+# Student's t 0.975 quantiles for 1 to 30 degrees of freedom (the tables' values, to three decimals).
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def t975(df: int) -> float:
+    """Student's t 0.975 quantile for ``df`` degrees of freedom: the table to 30, beyond it the Cornish-Fisher
+    expansion around ``Z95`` (within 0.001 of the exact value there)."""
+    if df <= len(_T975):
+        return _T975[max(df, 1) - 1]
+    z = Z95
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
 @dataclass
@@ -81,17 +100,34 @@ class ArmMetrics:
     def feedback_interval(self) -> tuple[float, float] | None:
         if len(self.feedback) < 2:
             return None
-        half = Z95 * statistics.stdev(self.feedback) / math.sqrt(len(self.feedback))
+        half = t975(len(self.feedback) - 1) * statistics.stdev(self.feedback) / math.sqrt(len(self.feedback))
         mean = statistics.fmean(self.feedback)
-        # Scores are on -1..1: the normal approximation's interval is cut to the scale.
+        # Scores are on -1..1: the interval is cut to the scale.
         return max(-1.0, mean - half), min(1.0, mean + half)
 
 
 def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0 to 1) of ``values``, interpolated linearly between the closest ranks (as
+    ``statistics.quantiles(method="inclusive")`` and the benches read it); None without values. It was the value at
+    the rounded rank, and Python rounds halves to even: the p50 of 100 and 200 ms read 100, of four runs the upper
+    middle one, of six the lower."""
     if not values:
         return None
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+    position = q * (len(ordered) - 1)
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+
+def p_text(p: float) -> str:
+    """``p`` to three decimals, or to as many more as keep the text on the side of ``ALPHA`` that ``p`` is on:
+    0.0496 read "p = 0.050" in a statement that called it significant (p < 0.05)."""
+    for digits in range(3, 12):
+        text = f"{p:.{digits}f}"
+        if (float(text) < ALPHA) == (p < ALPHA):
+            return text
+    return repr(p)
 
 
 def wilson(successes: int, n: int) -> tuple[float, float] | None:
@@ -268,7 +304,7 @@ def arm_comparisons(arms: list[ArmMetrics]) -> list[Comparison]:
                 "base": base.label,
                 "a": shown_a,
                 "b": shown_b,
-                "p": f"{test[1]:.3f}" if test else "-",
+                "p": p_text(test[1]) if test else "-",
                 "min": MIN_RUNS,
                 "test": test_name,
             }
