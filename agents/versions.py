@@ -244,10 +244,12 @@ def version_diff(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any
 
 
 def caller_key(*, agent_slug: str, api_key_id: Any, context: dict[str, Any] | None) -> str:
-    """Who the caller is, for sticky arms: the API key, and the A2A ``userId`` (else ``sessionId``) when given."""
+    """Who the caller is, for sticky arms: the API key, and the A2A ``userId`` (else ``sessionId``) when given,
+    composed (``nfc``: a Korean id typed on macOS comes decomposed, and the same person would land in either arm by
+    the keyboard they typed on; the stored context is composed too)."""
     context = context or {}
     person = context.get("userId") or context.get("sessionId") or ""
-    return f"{agent_slug}\n{api_key_id or ''}\n{person}"
+    return f"{agent_slug}\n{api_key_id or ''}\n{nfc(str(person))}"
 
 
 def pick_arm(arms: Sequence[tuple[str, int]], key: str) -> str | None:

@@ -4,6 +4,7 @@ stickily by weight."""
 
 from __future__ import annotations
 
+import unicodedata
 from collections import Counter
 
 import pytest
@@ -21,7 +22,7 @@ from agents.services import (
     run_version_choice,
 )
 from agents.tools import DeterministicContext, deterministic_tool
-from agents.versions import pick_arm, version_diff
+from agents.versions import caller_key, pick_arm, version_diff
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.services import mcp_tool_update, tool_contract_update
@@ -283,3 +284,17 @@ def test_an_agent_with_versions_and_arms_but_no_runs_can_be_deleted(demo_agent: 
     a, _b = two_arms(demo_agent, (1, 1))
     agent_delete(agent=demo_agent, actor="test-admin", via="tests")
     assert not AgentVersion.objects.filter(pk=a.pk).exists()
+
+
+def test_a_korean_user_id_typed_decomposed_keeps_its_arm() -> None:
+    """The same person's ``userId`` typed on macOS (decomposed: 김 as ᄀ+ᅵ+ᆷ) and on Windows (composed) is one
+    caller: the same arm, whatever the split."""
+    composed = "김하늘"
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert decomposed != composed
+    keys = [caller_key(agent_slug="demo", api_key_id=7, context={"userId": name}) for name in (composed, decomposed)]
+    assert keys[0] == keys[1]
+    arms = [("a", 1), ("b", 1), ("c", 1)]
+    assert pick_arm(arms, keys[0]) == pick_arm(arms, keys[1])
+    # A number as an id is one too.
+    assert caller_key(agent_slug="demo", api_key_id=7, context={"userId": 42}).endswith("\n42")
