@@ -26,9 +26,11 @@ of the gate; an accident's message without the internal addresses and file paths
 it raises (but ``ArgumentRefused``, arguments the model is to fix: an ``args:*`` refusal, as the tool's own schema
 makes one): also ``SystemExit`` (argparse on bad input, a library's ``sys.exit()``) and
 ``KeyboardInterrupt``, which would otherwise end the worker's process and leave its run ``running``, the call
-unaudited and re-run on every redelivery. A function that reads the database does so on its own connection in
-the worker thread (closed after each call), so it sees committed data only, and in the caller's language (a Korean
-agent's tool refuses in Korean).
+unaudited and re-run on every redelivery; also a LangChain tool's ``ToolException`` that its ``handle_tool_error``
+would return as its answer (``_raising``). A value is written as JSON as FastMCP writes one (a Pydantic model as its
+object, ``_json_default``), and an argument its ``args_schema`` names by an alias is listed by it. A function that
+reads the database does so on its own connection in the worker thread (closed after each call), so it sees committed
+data only, and in the caller's language (a Korean agent's tool refuses in Korean).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from django.utils.translation import gettext as _
 from langchain_core.tools import BaseTool, StructuredTool
 from mcp import McpError, types
 from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
 
 from audit.masking import mask_internal_locations
 from mcpregistry.client_session import ToolResultInvalid
@@ -246,13 +249,40 @@ def local_paths_problem(paths: Any) -> str | None:
 
 
 def tool_input_schema(tool: BaseTool) -> dict[str, Any]:
-    """The JSON schema of the arguments a model fills in (LangChain's ``tool_call_schema``)."""
+    """The JSON schema of the arguments a model fills in (LangChain's ``tool_call_schema``), each argument by the
+    name the tool reads it by (``_argument_aliases``)."""
     schema = tool.tool_call_schema
     if isinstance(schema, dict):
         return dict(schema)
     if issubclass(schema, BaseModel):
-        return schema.model_json_schema()
+        return _by_alias(schema.model_json_schema(), _argument_aliases(tool))
     return dict(schema.schema())  # a pydantic v1 model (older LangChain tools)
+
+
+def _argument_aliases(tool: BaseTool) -> dict[str, str]:
+    """The names the tool's own ``args_schema`` reads its arguments by where they are not the fields' own, by field
+    name: ``from_: str = Field(alias="from")`` (``from`` is a Python keyword) is sent as ``from``, which validation
+    and the call read. LangChain's ``tool_call_schema`` drops the aliases: the model, told ``from_``, sent what the
+    tool refuses, every time."""
+    if not _is_model(tool.args_schema):
+        return {}
+    aliases = {}
+    for name, field in tool.args_schema.model_fields.items():
+        alias = field.validation_alias if isinstance(field.validation_alias, str) else field.alias
+        if alias and alias != name:
+            aliases[name] = alias
+    return aliases
+
+
+def _by_alias(schema: dict[str, Any], aliases: dict[str, str]) -> dict[str, Any]:
+    """``schema`` with its properties and required names renamed by ``aliases``."""
+    properties = schema.get("properties")
+    if not aliases or not isinstance(properties, dict):
+        return schema
+    renamed = {**schema, "properties": {aliases.get(name, name): spec for name, spec in properties.items()}}
+    if isinstance(schema.get("required"), list):
+        renamed["required"] = [aliases.get(name, name) for name in schema["required"]]
+    return renamed
 
 
 def _is_coroutine_tool(tool: BaseTool) -> bool:
@@ -307,8 +337,10 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
     (what is wrong in its text), which the gate takes as the ``args:*`` refusal it is (the model is to fix the
     argument), not a ``tool:error`` not to retry; so is an ``ArgumentRefused`` the function raises.
 
-    A value that is no JSON (a dict with tuple keys, a circular reference) raises ``ToolResultInvalid`` (the gate's
-    ``result:shape``): the function finished, a write was carried out, its answer cannot be read. ``None`` (a
+    A typed value is written as its JSON, as FastMCP writes a tool's: a Pydantic model or a dataclass as its object,
+    a set as a list, a date in ISO form (``_json_default``). A value that is no JSON (a dict with tuple keys, a
+    circular reference) raises ``ToolResultInvalid`` (the gate's ``result:shape``): the function finished, a write
+    was carried out, its answer cannot be read. ``None`` (a
     lookup that found nothing) is an answer with no content, as FastMCP gives it: the text ``null`` would pass a
     contract's ``returns.non_empty`` and be remembered."""
     try:
@@ -322,7 +354,8 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
                 content=[{"type": "text", "text": problems}],
                 refused=reason,
             )
-        value = coroutine_call.run(tool, arguments) if coroutine_call is not None else tool.invoke(arguments)
+        raising = _raising(tool)
+        value = coroutine_call.run(raising, arguments) if coroutine_call is not None else raising.invoke(arguments)
     except ArgumentRefused as exc:
         error = {"type": "value_error", "loc": (exc.argument,) if exc.argument else (), "ctx": {"error": exc}}
         reason, problems = argument_refusal([error])
@@ -338,14 +371,46 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
     if value is None:
         return ToolCallOutcome(is_error=False, text="", structured=None, content=[])
     try:
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    except BaseException as exc:  # noqa: BLE001 - json's refusal, or the tool's own __str__ (``default=str``)
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=_json_default)
+    except BaseException as exc:  # noqa: BLE001 - json's refusal, or the tool's own __str__ (``_json_default``)
         raise ToolResultInvalid(
-            _("the tool's value cannot be written as JSON: %(error)s") % {"error": f"{type(exc).__name__}: {exc}"}
+            _("the tool's value cannot be written as JSON: %(error)s")
+            % {"error": f"{type(exc).__name__}: {_message(exc)}"}
         ) from None
     return ToolCallOutcome(
         is_error=False, text=text, structured=_structured(value), content=[{"type": "text", "text": text}]
     )
+
+
+def _raising(tool: BaseTool) -> BaseTool:
+    """``tool`` as the gate must run it: raising its errors. A LangChain tool made with ``handle_tool_error`` (or
+    ``handle_validation_error``) returns its ``ToolException``'s message as its answer instead, marked an error
+    only on the ``ToolMessage`` a tool call gets, never on the value a call with arguments returns: the gate would
+    take the failure for a success (audited ``ok``, remembered, checked as a result, no fallback). A copy with both
+    off raises it, and the tool's failure is its ``tool:error``, its message as its author wrote it."""
+    if not (tool.handle_tool_error or tool.handle_validation_error):
+        return tool
+    return tool.model_copy(update={"handle_tool_error": False, "handle_validation_error": False})
+
+
+def _json_default(value: Any) -> Any:
+    """What JSON writes for a value it has no form for: a Pydantic model, a dataclass, a set, a date, an enum as
+    Pydantic writes them (FastMCP's way, so that a local tool that returns ``Employee(...)`` answers the object,
+    not its Python ``repr`` as a text no contract's ``returns`` holds); anything Pydantic cannot write either as its
+    text, as before."""
+    try:
+        return to_jsonable_python(value)
+    except Exception:  # noqa: BLE001 - Pydantic's refusal, or the value's own code: its text then
+        return str(value)
+
+
+def _message(exc: BaseException) -> str:
+    """``str(exc)``, or a note where the exception's own ``__str__`` fails: its text is then unreadable, and the
+    failure to read it must not be taken for the caller's interruption (``unexpected``) nor end the worker."""
+    try:
+        return str(exc)
+    except BaseException:  # noqa: BLE001 - the tool's exception's own code, run in the tool's thread
+        return _("(its message could not be read)")
 
 
 def _is_model(schema: Any) -> TypeGuard[type[BaseModel]]:
@@ -369,7 +434,8 @@ def _arguments_refused(tool: BaseTool, arguments: dict[str, Any]) -> tuple[str, 
     except ValidationError as exc:
         errors = exc.errors()
         if schema is not filled and _is_model(filled):
-            names = {n for name, f in filled.model_fields.items() for n in (name, f.alias) if n}
+            aliases = _argument_aliases(tool)
+            names = {n for name, f in filled.model_fields.items() for n in (name, f.alias, aliases.get(name)) if n}
             errors = [e for e in errors if not e.get("loc") or str(e["loc"][0]) in names]
         return argument_refusal(errors) if errors else None
     return None
@@ -382,7 +448,7 @@ def _error_text(tool: BaseTool, exc: BaseException) -> str:
     via /srv/app/db.py line 42``): its internal addresses, file paths and line numbers are left out
     (``mask_internal_locations``; secrets are the gate's to mask, as for every text), and the whole exception is
     logged for the operator, its secrets masked by the logging filter."""
-    text = str(exc)
+    text = _message(exc)
     if not any(cls.__name__ in ON_PURPOSE for cls in type(exc).__mro__):
         masked = mask_internal_locations(text)
         if masked != text:
