@@ -16,7 +16,8 @@ import json
 import math
 import re
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from importlib import import_module
 from typing import Any
@@ -60,7 +61,9 @@ from agents.models import Agent, Approval, Run, ShadowComparison
 from agents.selectors import run_seen_finished
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
+from audit.changes import configured_secrets
 from audit.labels import actor_in_words, breakable, reason_label, when_cell
+from audit.masking import mask_known
 from audit.models import AuditEvent
 from audit.visible import TOOL_DATA_CLOSE, TOOL_DATA_OPEN, readable_text, visible_text
 from mcpregistry.list_fields import argument_rows
@@ -117,6 +120,29 @@ class TimelineStep:
         self.args = visible_text(_pretty(value))
         self.arg_rows = argument_rows(value) if self.args else None
         return self
+
+
+# A step's texts that may quote a caller, a model or a tool (its kind, status and links are the page's own).
+_STEP_TEXTS = ("label", "title", "status_text", "args", "result", "note", "when")
+
+
+def _step_shown(step: TimelineStep, secrets: Iterable[str]) -> TimelineStep:
+    """``step`` with its texts, its argument rows and its attempts' masked again with ``secrets`` (and the
+    registered ones: ``mask_known``, nothing else, so JSON stays JSON), in one pass over the step."""
+    texts: dict[str, Any] = {name: getattr(step, name) for name in _STEP_TEXTS}
+    texts["arg_rows"] = [list(row) for row in step.arg_rows] if step.arg_rows is not None else None
+    texts["attempts"] = [[a.reason, a.tool, a.said] for a in step.attempts]
+    shown = mask_known(texts, secrets=secrets)
+    if shown == texts:
+        return step
+    for name in _STEP_TEXTS:
+        setattr(step, name, shown[name])
+    step.arg_rows = [(name, value) for name, value in shown["arg_rows"]] if step.arg_rows is not None else None
+    step.attempts = [
+        replace(a, reason=reason, tool=tool, said=said)
+        for a, (reason, tool, said) in zip(step.attempts, shown["attempts"], strict=True)
+    ]
+    return step
 
 
 def _pretty(value: Any) -> str:
@@ -628,7 +654,8 @@ def _flow_call_maker(call_id: str) -> str:
 class _Timeline:
     """Builds a run's steps from its trace entries (any stored shape: an odd one reads as such, never a 500)."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, secrets: list[str]) -> None:
+        self.secrets = secrets  # the answer is compared with a turn's text as both are shown (``offline_turn``)
         self.error_code = run.error_code
         # When each pass of the run began (its ``running`` status events). A call's number (a flow's ``flow:<n>``)
         # is given again in each pass, so its audit events are told apart by the pass they came in: a repeat in a
@@ -664,7 +691,8 @@ class _Timeline:
         """Whether a model turn is the offline provider's: its one turn, which calls no tool and is the answer."""
         if not self.offline or self.turns != 1 or entry.get("tool_calls"):
             return False
-        return bool(self.answer) and _text(entry.get("content", "")) == self.answer
+        shown = mask_known([_text(entry.get("content", "")), self.answer], secrets=self.secrets)
+        return bool(self.answer) and shown[0] == shown[1]
 
     def pass_calls(self, key: str) -> list[Any]:
         """The audit events of the call ``key`` in the pass being read (in the last pass that made it, where that
@@ -1115,13 +1143,22 @@ _HANDLED = frozenset(
 )
 
 
-def run_timeline(run: Run) -> list[TimelineStep]:
+def run_timeline(run: Run, *, secrets: Iterable[str] | None = None) -> list[TimelineStep]:
     """A run's steps in order: rule decisions, deterministic calls (with their attempts), the MCP prompt and
     resources, each turn's tool selection, the model's turns, its tool calls (with their attempts and approvals),
     approvals, and the answer (or error) last. Built from the stored trace, or from the run's events while it
     runs, where it ran in several passes or ended without its steps stored (``_trace_entries``); never fails on
-    an odd stored shape."""
-    timeline = _Timeline(run)
+    an odd stored shape.
+
+    Every step is shown masked again with ``secrets`` (default: those bound now, ``configured_secrets``): what the
+    steps quote (the trace, the events, the audit events, the approvals) was masked when it was recorded, with
+    the secrets known then."""
+    known = list(configured_secrets() if secrets is None else secrets)
+    return [_step_shown(step, known) for step in _steps(run, known)]
+
+
+def _steps(run: Run, secrets: list[str]) -> list[TimelineStep]:
+    timeline = _Timeline(run, secrets)
     entries = _trace_entries(run)
     call_of_approval = {str(a.pk): a.call_id for a in timeline.approvals if a.call_id}
     readable = [e for e in entries if isinstance(e, dict)]
@@ -1308,6 +1345,63 @@ def _approval_shown(approval: Approval) -> Approval:
         return approval
     shown = copy.copy(approval)
     shown.status = _status_shown(approval)
+    return shown
+
+
+def secrets_shown(request: HttpRequest) -> list[str]:
+    """The secrets the configuration binds now (``audit.changes.configured_secrets``), read once per request: what
+    these pages mask a run's recorded texts with again as they show them. A run's records (its question, trace,
+    events, answer; its audit events and approvals) were masked with the secrets known when they were written, and
+    a value bound as a secret after (a token a user typed into a query, then gave a server) is in none of them."""
+    secrets: list[str] | None = getattr(request, "_secrets_shown", None)
+    if secrets is None:
+        secrets = configured_secrets()
+        request._secrets_shown = secrets  # type: ignore[attr-defined]
+    return secrets
+
+
+# A run's fields that hold what a caller, a model or a tool said (or a server's id): shown masked again.
+_RUN_RECORDED = (
+    "query",
+    "context",
+    "a2a_data",
+    "a2a_files",
+    "answer",
+    "error_message",
+    "deterministic_results",
+    "messages",
+    "conversation",
+    "idempotency_key",
+    "write_sandbox",
+    "feedback_comment",
+)
+# An approval's: the call (its server, tool, id and arguments), what it gave, who asked and decided, and why.
+_APPROVAL_RECORDED = ("mcp_id", "tool", "call_id", "args", "result", "requested_by", "decided_by", "reason")
+
+
+def _masked_in_place(obj: Any, names: Iterable[str], secrets: Iterable[str]) -> None:
+    """``obj``'s fields ``names`` masked again with ``secrets`` (``mask_known``), on the object loaded to be shown:
+    the caller never saves it."""
+    for name in names:
+        value = getattr(obj, name)
+        shown = mask_known(value, secrets=secrets)
+        if shown != value:
+            setattr(obj, name, shown)
+
+
+def _run_masked(run: Run, secrets: Iterable[str]) -> Run:
+    """A copy of ``run`` as its pages show it: its recorded texts masked again (``_masked_in_place``). A copy,
+    so that nothing that reads the run for a write (a cancel, which reads it again by its id) ever holds it."""
+    shown = copy.copy(run)
+    _masked_in_place(shown, _RUN_RECORDED, secrets)
+    return shown
+
+
+def _approval_masked(approval: Approval, secrets: Iterable[str]) -> Approval:
+    """A copy of ``approval`` as its pages show it: its call, arguments, result, actors and reason masked again.
+    A decision is taken by the approval's id (``approval_decide`` reads it again), never from this copy."""
+    shown = copy.copy(approval)
+    _masked_in_place(shown, _APPROVAL_RECORDED, secrets)
     return shown
 
 
@@ -1519,6 +1613,21 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return DateDrillDownChangeList
 
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        """The list's page of runs, their questions masked again as a run's page masks them (``secrets_shown``:
+        read once for the page). The rows are never saved."""
+        changelist = super().get_changelist_instance(request)
+        secrets = secrets_shown(request)
+        for run in changelist.result_list:
+            _masked_in_place(run, ("query",), secrets)
+        return changelist
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Run | None:
+        """The run as its pages show it (the timeline, the raw fields): ``_run_masked``, with the secrets bound
+        now."""
+        run = super().get_object(request, object_id, from_field)
+        return None if run is None else _run_masked(run, secrets_shown(request))
+
     def may_cancel(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("agents.change_run"))
 
@@ -1575,13 +1684,14 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     def timeline_context(self, request: HttpRequest, run: Run) -> dict[str, Any]:
         name = self.admin_site.name
-        timeline = run_timeline(run)
+        secrets = secrets_shown(request)
+        timeline = run_timeline(run, secrets=secrets)
         may_view_approvals = may_view(self.admin_site, request, Approval)
         if may_view_approvals:  # a decided approval is reached from its step, as a pending one from the bar above
             for step in timeline:
                 if step.approval_id:
                     step.url = reverse("admin:agents_approval_change", args=[step.approval_id], current_app=name)
-        pending = list(approvals_waiting(run))
+        pending = [_approval_masked(a, secrets) for a in approvals_waiting(run)]
         calls = [f"{a.mcp_id}.{a.tool}" for a in pending]
         return {
             "run": run,
@@ -1730,6 +1840,18 @@ class ApprovalStatusFilter(admin.SimpleListFilter):
         return queryset.filter(status=value)
 
 
+class ShownValuesFilter(admin.AllValuesFieldListFilter):
+    """A field's recorded values to choose from, less those that hold a secret bound since they were recorded
+    (``secrets_shown``): the rows show them masked, and a choice's words and link would carry them in clear."""
+
+    def __init__(
+        self, field: Any, request: HttpRequest, params: Any, model: Any, model_admin: Any, field_path: str
+    ) -> None:
+        super().__init__(field, request, params, model, model_admin, field_path)
+        secrets = secrets_shown(request)
+        self.lookup_choices = [v for v in self.lookup_choices if mask_known(v, secrets=secrets) == v]
+
+
 @admin.register(Approval)
 class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
     """Approvals, pending first (oldest first among them: closest to expiring), with their masked arguments. A
@@ -1750,7 +1872,7 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         "reason_text",
     ]
     list_display_links = ["created_at"]
-    list_filter = [ApprovalStatusFilter, "mcp_id", "tool"]
+    list_filter = [ApprovalStatusFilter, ("mcp_id", ShownValuesFilter), ("tool", ShownValuesFilter)]
     search_fields = ["tool", "run__id"]
     # The masked arguments are shown by ``shown_args`` (characters that do not show themselves written out); the
     # exact ones are never shown.
@@ -1784,6 +1906,21 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Approval | None:
+        """The approval as its pages show it (its page, the confirmation, its history): ``_approval_masked``,
+        with the secrets bound now."""
+        approval = super().get_object(request, object_id, from_field)
+        return None if approval is None else _approval_masked(approval, secrets_shown(request))
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        """The list's page of approvals, masked again as an approval's page masks it (the secrets read once for
+        the page). The rows are never saved."""
+        changelist = super().get_changelist_instance(request)
+        secrets = secrets_shown(request)
+        for approval in changelist.result_list:
+            _masked_in_place(approval, _APPROVAL_RECORDED, secrets)
+        return changelist
 
     def get_ordering(self, request: HttpRequest) -> list[Any]:
         pending = Case(
@@ -1890,6 +2027,7 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         decision offered); the stored row, in "All fields", stays as it is until then."""
         name = self.admin_site.name
         may_view_run = may_view(self.admin_site, request, Run)
+        secrets = secrets_shown(request)
         shown, reason = _approval_shown(approval), _reason_shown(approval.reason)
         if shown.status == Approval.Status.EXPIRED and not reason:  # lapsed: swept, or past its expiry not yet
             reason = gettext("This approval has expired.")
@@ -1898,7 +2036,7 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
             "reason_text": reason,
             # The question that led to the call, as stored (masked), whole: an approver weighs the call against
             # it, and had to open the run's page for it (which not every approver may view).
-            "run_query": visible_text(approval.run.query),
+            "run_query": visible_text(mask_known(approval.run.query, secrets=secrets)),
             "args_pretty": visible_text(_pretty(approval.args)) or "{}",
             "arg_rows": argument_rows(approval.args),
             "may_decide": self.may_decide(request, approval),
@@ -1908,7 +2046,7 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
             "run_url": reverse("admin:agents_run_change", args=[approval.run_id], current_app=name)
             if may_view_run
             else "",
-            "timeline": run_timeline(approval.run) if may_view_run else None,
+            "timeline": run_timeline(approval.run, secrets=secrets) if may_view_run else None,
             "audit_events_url": _events_url(self.admin_site, approval.run_id)
             if may_view(self.admin_site, request, AuditEvent)
             else "",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
@@ -48,6 +48,8 @@ from agents.decision_reasons import reason_text
 from agents.models import ApiKey, Run, RunEvent
 from agents.run_wakeup import RunWatch
 from agents.selectors import api_key_is_live, run_end_recorded, run_events_after, run_get, run_status
+from audit.changes import configured_secrets
+from audit.masking import mask_known
 
 RECONNECT_MS = 3000
 BATCH = 200
@@ -57,11 +59,16 @@ PollState = Literal["more", "wait", "done"]
 logger = logging.getLogger(__name__)
 
 
-def format_event(event: RunEvent, *, language: str | None = None) -> str:
+def format_event(event: RunEvent, *, language: str | None = None, secrets: Iterable[str] = ()) -> str:
     """One event as SSE: ``id``, ``event`` and a one-line JSON ``data`` (Korean text kept as it is). A rule
-    decision's stored ``reason`` (stable English) comes with ``reason_text``, the same in the caller's language."""
+    decision's stored ``reason`` (stable English) comes with ``reason_text``, the same in the caller's language.
+
+    ``data`` is masked again with ``secrets`` (the secrets bound now, ``RunEventFeed``) and the registered ones
+    (``mask_known``: its shape kept, its numbers as they are): it was masked with those known when it was
+    recorded, and a value bound as a secret after (a token the caller typed, then given to a server) was in none
+    of them."""
     kind = "".join(c for c in event.kind if c not in "\r\n") or "message"
-    payload = event.data
+    payload = mask_known(event.data, secrets=secrets)
     if event.kind == "rule" and isinstance(payload, dict) and isinstance(payload.get("reason"), str):
         with translation.override(language):
             payload = {**payload, "reason_text": reason_text(payload["reason"])}
@@ -118,6 +125,10 @@ class RunEventFeed:
         self.on_recheck = on_recheck
         self.next_recheck = clock() + auth_recheck_s
         self.last_seq = after
+        # The secrets bound now, which every event sent is masked with (``format_event``): read on the first poll
+        # (in the database's thread) and again at each recheck, so a secret bound while the stream is open is
+        # masked within ``auth_recheck_s``, and a poll reads no more than its events.
+        self.secrets: list[str] | None = None
         self.poll_s = poll_s
         self.keepalive_s = keepalive_s
         self.clock = clock
@@ -145,12 +156,15 @@ class RunEventFeed:
                     return [format_error("run_not_found", run_unreadable_message())], "done"
             if self.on_recheck is not None:
                 self.on_recheck()
+            self.secrets = None
+        if self.secrets is None:
+            self.secrets = configured_secrets()
         status = run_status(run_id=self.run_id)
         ended = status is None or (
             status in FINISHED and (status != Run.Status.CANCELLED or run_end_recorded(run_id=self.run_id))
         )  # only a cancelled run's end is read again (one more query); the others' is the status just read
         events = run_events_after(run_id=self.run_id, after=self.last_seq, limit=BATCH)
-        chunks = [format_event(e, language=self.language) for e in events]
+        chunks = [format_event(e, language=self.language, secrets=self.secrets) for e in events]
         if events:
             self.last_seq = events[-1].seq
             self.last_sent = now
