@@ -41,7 +41,7 @@ from audit.services import audit_chain_catch_up
 from audit.verification import CannotCheck
 from audit.visible import visible_text
 from auditor.charts import bar_chart
-from auditor.event_details import MASKED_WHEN_SHOWN, change_html, event_masked_when_shown, rule_decision_html
+from auditor.event_details import change_html, event_masked_when_shown, rule_decision_html
 from auditor.metrics import (
     MAX_BUCKETS,
     ToolSeries,
@@ -115,12 +115,6 @@ def _secrets_of(request: HttpRequest) -> list[str]:
         secrets = configured_secrets()
         request._audit_secrets = secrets  # type: ignore[attr-defined]
     return secrets
-
-
-SHOWN_MASKED = (*MASKED_WHEN_SHOWN, "mcp_id")
-"""What the list's rows and an event's page mask again when they show it: an event's texts
-(``MASKED_WHEN_SHOWN``) and its server's id, which the metrics and the server filter mask too (a server id equal
-to a secret bound since is shown as ``***`` there, and was shown in clear in the rows)."""
 
 
 def _shown_as_recorded(value: str, secrets: list[str]) -> bool:
@@ -557,7 +551,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         which one recorded before a value was bound as a secret was not masked with. Never saved."""
         obj = super().get_object(request, object_id, from_field)
         if obj is not None:
-            event_masked_when_shown(obj, _secrets_of(request), fields=SHOWN_MASKED)
+            event_masked_when_shown(obj, _secrets_of(request))
         return obj
 
     def get_changelist_instance(self, request: HttpRequest) -> ChangeList:

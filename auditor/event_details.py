@@ -33,8 +33,9 @@ from audit.masking import mask_known
 from audit.models import AuditEvent
 from audit.visible import visible_text
 
-MASKED_WHEN_SHOWN = ("args", "result", "tool", "call_id", "reason", "actor")
-"""What an auditor is served of an event that may quote a caller's, a model's or a tool's text: masked again when
+MASKED_WHEN_SHOWN = ("mcp_id", "args", "result", "tool", "call_id", "reason", "actor")
+"""What an auditor is served of an event that may quote a caller's, a model's or a tool's text (or a server's id, which
+an admin may have made equal to a token: the metrics and the filters mask it too): masked again when
 it is shown or exported (:func:`masked_when_shown`), with the secrets bound now (``audit.changes.configured_secrets``):
 an event was masked with those known when it was recorded, and a value bound as a secret after (a token a user had
 typed, then given to a server) is in none of them."""

@@ -54,3 +54,20 @@ def test_the_events_page_masks_it_too(named_then_bound: AuditEvent, auditor_clie
     assert SECRET not in text
     assert "김하늘 팀" in text  # the rest of the record as recorded, its Korean intact
     assert AuditEvent.objects.get(pk=named_then_bound.pk).mcp_id == SECRET  # never saved masked
+
+
+def test_the_audit_api_and_its_exports_mask_it(named_then_bound: AuditEvent, auditor_client: Any) -> None:
+    """The API's page and its JSON Lines and CSV exports serve the event with its server masked, marked as masked
+    after it was recorded (its hash is of the event as recorded)."""
+    page = auditor_client.get("/api/v1/audit/events")
+    assert page.status_code == 200, page.content
+    (served,) = [e for e in page.json()["results"] if e["id"] == named_then_bound.id]
+    assert served["mcp_id"] == MASK
+    assert served["masked_after_recording"] is True
+    assert served["args"] == {"q": "김하늘 팀"}
+    for export in ("jsonl", "csv"):
+        response = auditor_client.get("/api/v1/audit/events", {"format": export})
+        text = b"".join(response.streaming_content).decode()
+        assert response.status_code == 200
+        assert SECRET not in text, export
+        assert "김하늘 팀" in text
