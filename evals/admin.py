@@ -10,6 +10,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
+from django.db.models import Count, QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -246,7 +247,8 @@ class EvalCaseForm(forms.ModelForm):
         wanted = {n for names in names_by_field.values() for n in names}
         if not wanted:
             return cleaned
-        known = set(McpTool.objects.filter(name__in=wanted).values_list("name", flat=True))
+        # Composed (NFC) on both sides: a server may list ``직원검색`` decomposed, and the name typed is composed.
+        known = {name for name in map(nfc, McpTool.objects.values_list("name", flat=True)) if name in wanted}
         # A name the case already held passes (a page sent back unchanged changes nothing, and refuses nothing).
         known |= set(self._stored_tool_names()) if self.instance.pk else set()
         for field, names in names_by_field.items():
@@ -489,9 +491,16 @@ class EvalSetAdmin(ServiceAdminMixin, admin.ModelAdmin):
         }
         return super().render_change_form(request, context, *args, **kwargs)
 
-    @admin.display(description=_("cases"))
+    def get_queryset(self, request: HttpRequest) -> QuerySet[EvalSet]:
+        # The list's agents and case counts, read with the sets (a query per set for each otherwise: the default
+        # agent may be empty, which the list's own select_related does not follow).
+        eval_sets: QuerySet[EvalSet] = super().get_queryset(request)
+        return eval_sets.select_related("agent").annotate(case_total=Count("cases"))
+
+    @admin.display(description=_("cases"), ordering="case_total")
     def case_count(self, obj: EvalSet) -> int:
-        return obj.cases.count()
+        total = getattr(obj, "case_total", None)
+        return obj.cases.count() if total is None else int(total)
 
     def changeform_view(
         self,

@@ -19,7 +19,7 @@ import functools
 import json
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import regex  # type: ignore[import-untyped]
@@ -412,7 +412,10 @@ def threshold_problems(thresholds: Any) -> list[str]:
 
 
 def _tools(items: list[Any]) -> list[dict[str, Any]]:
-    return [{"name": i} if isinstance(i, str) else i for i in items]
+    """A tool list's entries as ``{"name": ..., "args"?: ...}``, each name composed (NFC, as ``score_case`` compares
+    the calls' names)."""
+    entries = [{"name": i} if isinstance(i, str) else i for i in items]
+    return [{**e, "name": nfc(e["name"])} if isinstance(e.get("name"), str) else e for e in entries]
 
 
 def json_equal(one: Any, other: Any) -> bool:
@@ -715,8 +718,12 @@ def score_case(spec: CaseSpec, *, calls: list[ToolCall], answer: str, run_succee
     something up, and its calls score precision and recall 1. Only ``forbidden_tools`` fails a call: ``"*"``
     (``"none"``) every call, and such a case's calls still count against its precision; a ``no_tool`` case that
     names no forbidden tool forbids every tool (``CaseSpec.forbidden``). An alternative with no tools means
-    "calling nothing is also right", so it fits a run that called nothing only."""
-    forbidden = spec.forbidden()
+    "calling nothing is also right", so it fits a run that called nothing only.
+
+    Tool names are compared composed (NFC), as their arguments are: a server may list ``직원검색`` decomposed (NFD,
+    written on macOS), which its calls are recorded under, while a case stores the name composed."""
+    calls = [replace(c, name=nfc(c.name)) for c in calls]
+    forbidden = {nfc(name) for name in spec.forbidden()}
     violations = len(calls) if NO_TOOL in forbidden else sum(1 for c in calls if c.name in forbidden)
     candidates = [("expected", _tools(spec.expected_tools), spec.ordered, NO_TOOL not in forbidden)] + [
         (

@@ -43,9 +43,10 @@ from audit.change_guard import config_write_lock
 from audit.changes import audited_delete, audited_save
 from audit.models import AuditEvent, AuditPendingEvent
 from audit.services import audit_chain_catch_up, audit_event_record
+from evals.case_editor import alternative_tool_names, case_tool_names
 from evals.documents import CaseInputs, StrictDocument, pydantic_problem_list, pydantic_problems
 from evals.models import CASE_ORDER_MAX, CASE_ORDER_MIN, EvalCase, EvalCaseResult, EvalRun, EvalSet, case_snapshot
-from evals.notation import ExpectedSource, parse_expected_source
+from evals.notation import NO_TOOL, ExpectedSource, parse_expected_source
 from evals.scoring import (
     NOT_SUBMITTED,
     CaseSpec,
@@ -60,7 +61,7 @@ from evals.scoring import (
     tool_name_problems,
     written_tool_case_problem,
 )
-from mcpregistry.models import McpServer
+from mcpregistry.models import McpServer, McpTool
 
 # ---- eval sets and cases (configuration) -------------------------------------------------------------------
 
@@ -329,6 +330,8 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str, replace
     known = set(McpServer.objects.filter(mcp_id__in=doc.sandbox_servers).values_list("mcp_id", flat=True))
     if unknown := [s for s in doc.sandbox_servers if s not in known and s not in held]:
         problems.append(_("sandbox_servers: no MCP server %(ids)s") % {"ids": ", ".join(unknown)})
+    listed_agent = agent if "agent" in given else (stored.agent if stored is not None else None)
+    problems += unknown_tool_problems(cases=cases, stored_cases=stored_cases, agent=listed_agent)
     if problems:
         raise ApplicationError(
             _("The eval set is not valid: %(problems)s") % {"problems": "; ".join(problems)}, code="invalid_eval_set"
@@ -404,6 +407,70 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str, replace
             code="invalid_eval_set",
         ) from None
     return result
+
+
+def case_tool_names_by_field(*, expected_tools: Any, forbidden_tools: Any, alternatives: Any) -> dict[str, list[str]]:
+    """The tool names a case names, by the field that names them (``"*"``, no tool at all, is no name)."""
+    return {
+        "expected_tools": case_tool_names(expected_tools),
+        "forbidden_tools": [n for n in case_tool_names(forbidden_tools) if n != NO_TOOL],
+        "alternatives": alternative_tool_names(alternatives),
+    }
+
+
+def _held_tool_names(case: EvalCase) -> set[str]:
+    named = case_tool_names_by_field(
+        expected_tools=case.expected_tools, forbidden_tools=case.forbidden_tools, alternatives=case.alternatives
+    )
+    return {name for names in named.values() for name in names}
+
+
+def offered_tool_names(agent: Agent | None) -> list[str]:
+    """The tool names a refusal of an unknown name lists: the agent's servers' tools, or with no agent every
+    enabled tool of an enabled server (as the admin's pages list them)."""
+    tools = (
+        McpTool.objects.filter(server__agents=agent)
+        if agent is not None
+        else McpTool.objects.filter(enabled=True, server__enabled=True)
+    )
+    return sorted(set(tools.values_list("name", flat=True)))
+
+
+def unknown_tool_problems(
+    *, cases: list[dict[str, Any]], stored_cases: Mapping[str, EvalCase], agent: Agent | None
+) -> list[str]:
+    """The tool names of a document's cases that no server has, each case's named by its field, as the admin's case
+    form refuses them: a typo (``search_employe``) expected a tool no run can call, and the case failed on every
+    run. Compared composed (NFC), as the run's calls are. A name the stored case of that key already holds passes,
+    so a tool removed since never makes a set's export unreadable: it imports again as it is.
+
+    Before any server's tools were discovered there is no list to check against (a fresh installation importing
+    its configuration before discovery; ``import_config`` takes a tool named before its server's discovery so too):
+    the names are taken as given. A tool the same import registers is known."""
+    if not McpTool.objects.filter(discovered_at__isnull=False).exists():
+        return []
+    known = {nfc(name) for name in McpTool.objects.values_list("name", flat=True)}
+    problems: list[str] = []
+    listed: list[str] | None = None
+    for i, fields in enumerate(cases):
+        stored = stored_cases.get(fields["key"])
+        held = _held_tool_names(stored) if stored is not None else set()
+        named = case_tool_names_by_field(
+            expected_tools=fields["expected_tools"],
+            forbidden_tools=fields["forbidden_tools"],
+            alternatives=fields["alternatives"],
+        )
+        for name, names in named.items():
+            unknown = [n for n in dict.fromkeys(names) if nfc(n) not in known and n not in held]
+            if not unknown:
+                continue
+            listed = offered_tool_names(agent) if listed is None else listed
+            problems.append(
+                f"cases[{i}].{name}: "
+                + _("%(names)s: no server has a tool of this name; the agent's tools: %(tools)s")
+                % {"names": ", ".join(unknown), "tools": ", ".join(listed) or "—"}
+            )
+    return problems
 
 
 # A case's model fields by the key its document gives them under (the others are the same).
