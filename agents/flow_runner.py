@@ -546,11 +546,15 @@ def _flow_failed(flow_graph: str, run_id: Any, exc: BaseException) -> FlowResult
 
 def _flow_answer(state: Any) -> FlowResult:
     """The answer of the flow's final ``state``: its ``output``, a string as it is, else as JSON. A flow error
-    where there is none, or where it cannot be written as JSON; raises only ``MUST_PROPAGATE``."""
+    where there is none, where it is a string of nothing but whitespace, or where it cannot be written as JSON;
+    raises only ``MUST_PROPAGATE``."""
     output = state.get("output") if isinstance(state, dict) else None
     if output is None:
         return FlowResult(error_code="flow:error", error_message=_("The flow ended without an output."))
     if isinstance(output, str):
+        if not output.strip():
+            # An answer of nothing reads as a run that answered: a model's empty last turn fails too (model:empty).
+            return FlowResult(error_code="flow:error", error_message=_("The flow ended with an empty output."))
         return FlowResult(answer=output)
     try:
         text = json.dumps(output, ensure_ascii=False, default=_as_text)

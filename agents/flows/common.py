@@ -51,6 +51,8 @@ TOPIC_WORDS = frozenset(
 # Question words and their particle forms ("누가", "누구가", "무슨", "어떻게", "언제", "왜"): no name begins so.
 QUESTION_WORDS = ("몇", "누구", "누가", "어디", "어느", "어떤", "어떻", "무엇", "무슨", "뭐", "언제", "왜", "얼마")
 REQUEST_ENDINGS = ("줘", "요", "야", "까", "어", "죠")
+# The plural suffix: "사람들", "직원들" are no more a name than "사람", "직원".
+PLURAL = "들"
 # The kinds of asset a question may name, each with the asset type it stands for ("랩탑" is a 노트북), found as a part
 # of a type's name ("서버" and "GPU" of "GPU 서버"), in any case ("gpu"); and the words that ask for assets of any
 # kind ("자산", "장비", "기기").
@@ -107,7 +109,7 @@ def _could_be_a_name(stem: str) -> bool:
     return (
         HANGUL_NAME.fullmatch(stem) is not None
         and "팀" not in stem
-        and not {stem, bare} & NOT_NAMES
+        and not {stem, bare, stem.removesuffix(PLURAL)} & NOT_NAMES
         and not stem.startswith(QUESTION_WORDS)
         and not stem.endswith(REQUEST_ENDINGS)
     )

@@ -36,6 +36,12 @@ LEAD = re.compile(r"팀장\S*\s*(?:누구|누가)|(?:누구|누가)\S*\s*팀장"
 THEIR_TEAM = re.compile(r"팀(?!장)")
 
 
+def asks_for_the_lead(rest: str) -> bool:
+    """Whether the members' question ``rest`` asks who leads them: "팀장 누구야", or 팀장 with no other word of the
+    members ("팀장 알려줘", "팀장은?")."""
+    return LEAD.search(rest) is not None or ("팀장" in rest and not MEMBERS.search(rest))
+
+
 def asked(query: str) -> str:
     """What ``query`` asks, outside the team and the person it names ("모니터링팀 몇 명이야?": " 몇 명이야?")."""
     rest, name = without_teams(query), name_in(query)
@@ -45,7 +51,8 @@ def asked(query: str) -> str:
 def route(state: FlowState) -> str:
     """The branch: assets (``ASSET_WORDS``: "자산", "장비", a kind of asset, "모니터", "GPU 서버"), projects, a
     team's members (its head count or names: "몇명", "몇 명", "누구 있어", where the question names a team, a
-    person's team ("박도윤팀장 팀원 몇 명이야?") or no one), else one employee. The words are looked for outside the
+    person's team ("박도윤팀장 팀원 몇 명이야?") or no one), or anything else about a team where the question names
+    no one ("클라우드운영팀 팀장 알려줘", "클라우드운영팀 직원"), else one employee. The words are looked for outside the
     team and the person named: "모니터링팀 몇 명이야?" asks for members, "자산관리팀 누구 있어?" too,
     "프로젝트관리팀 인원" as well; "클라우드모니터링팀 프로젝트" asks for projects."""
     query = state["query"]
@@ -55,6 +62,10 @@ def route(state: FlowState) -> str:
     if "프로젝트" in rest:
         return "projects"
     if MEMBERS.search(rest) and (team or not name or THEIR_TEAM.search(rest)):
+        return "members"
+    if team and not name:
+        # A team and nobody named ("클라우드운영팀 팀장 알려줘", "클라우드운영팀 직원"): the employee branch could only
+        # ask for a person's name, about a question that named whom it asks about.
         return "members"
     return "employee"
 
@@ -86,7 +97,11 @@ async def assets(state: FlowState) -> dict[str, Any]:
 async def team_of(name: str) -> tuple[str, str]:
     """The team of the person named and the sentence that says so ("김하늘 님은 클라우드운영팀 소속입니다. "); or
     "" and the answer where it cannot be told (the call brought nothing, nobody has that name)."""
-    employee = as_data(await mcp.call("search_employee", params={"name": name}))
+    return team_said(as_data(await mcp.call("search_employee", params={"name": name})))
+
+
+def team_said(employee: Any) -> tuple[str, str]:
+    """``team_of`` of the employee lookup's answer ``employee``."""
     if unanswered(employee):
         return "", unavailable("직원 정보를", employee)
     if isinstance(employee, str):
@@ -110,11 +125,16 @@ async def of_team(query: str, tool: str, team: str) -> tuple[str, str, Any]:
     """``tool``'s answer for ``team``, with the team it is of and the sentence that says whose it is: where there is
     no such team and the team is a name written together with a title (``glued_person``: "박도윤팀장 팀원 몇
     명이야?"), that person's team's ("박도윤 님은 물류플랫폼팀 소속입니다. "); where nobody has that name either
-    ("백엔드팀장 누구야?"), the team's answer."""
+    ("백엔드팀장 누구야?"), the team's answer; where that person's lookup brought nothing (``unanswered``), its
+    failure, which the caller tells as a call that brought nothing (not "no such team": the person may have one)."""
     found = await mcp.call(tool, params={"team": team})
     person = glued_person(query, team)
     if person and no_such_team(found):
-        their_team, belongs = await team_of(person)
+        employee = as_data(await mcp.call("search_employee", params={"name": person}))
+        if unanswered(employee):
+            # The person meant may have a team: the failed lookup is told (by its reason), never "no such team".
+            return team, "", employee
+        their_team, belongs = team_said(employee)
         if their_team:
             return their_team, belongs, await mcp.call(tool, params={"team": their_team})
     return team, "", found
@@ -146,7 +166,8 @@ async def projects(state: FlowState) -> dict[str, Any]:
 async def members(state: FlowState) -> dict[str, Any]:
     """The team named, or the named person's (looked up first, as for projects): its head count where that is
     asked ("몇 명", "인원"), else who is in it, as the demo rule says it ("클라우드운영팀 인원은 3명입니다: 김하늘(팀장),
-    …"), with the role each has; "팀장 누구" names the members whose role is the team's lead."""
+    …"), with the role each has; "팀장 누구", "팀장 알려줘" name the members whose role is the team's lead
+    (``asks_for_the_lead``)."""
     query = state["query"]
     team, belongs = team_in(query), ""
     name = "" if team else name_in(query)
@@ -178,7 +199,7 @@ def members_text(team: str, found: dict[str, Any], rest: str) -> str:
     if not people or (COUNT.search(rest) and not WHO.search(rest)):
         return f"{count}."
     roster = ", ".join(f"{p['name']}({p['role']})" if p.get("role") else str(p["name"]) for p in people)
-    if LEAD.search(rest):
+    if asks_for_the_lead(rest):
         leads = [str(p["name"]) for p in people if "팀장" in str(p.get("role") or "")]
         if leads:
             return f"{team} 팀장은 {', '.join(leads)} 님입니다."

@@ -63,7 +63,8 @@ async def dispatch(state: FlowState) -> dict[str, Any]:
     if width_folded(str(request.get("method", ""))).strip().upper() != "GET":
         return {"response": {"status": 405, "body": {"error": "only GET is supported"}}}
     try:
-        url = urlsplit(str(request.get("path", "")))
+        # The path as the method: "／employees／김하늘" typed in full-width mode is "/employees/김하늘".
+        url = urlsplit(width_folded(str(request.get("path", ""))))
         query = parse_qs(url.query)
     except ValueError:  # "//[oops": a netloc that is no host (urlsplit refuses it)
         return {"response": {"status": 400, "body": {"error": "malformed path"}}}
