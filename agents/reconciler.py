@@ -34,7 +34,10 @@ In order:
    (``agents.execution``'s late count), so nothing waits for its worker.
 
 Steps 2 and 3 handle at most ``PLATFORM_RECONCILE_BATCH`` runs per pass, oldest first, so a backlog does not
-flood the broker.
+flood the broker; steps 5 to 8 read as many. A row a step could not repair (its repair raised, or it was left for
+later: a run within its time limit) is passed over: the next passes of this process read it after the others
+(``_PassedOver``), so that a batch of such rows at the head of the queue does not keep every newer one waiting for
+good, and try it again where the batch has room.
 
 Each run is put right on its own, and each step too (``_alone``): one the reconciler cannot repair (a row it cannot
 read, such as a secret stored with a key this process lacks) is logged with its id and the pass goes on, rather
@@ -46,14 +49,14 @@ or the broker cannot be reached) ends the pass: the next one tries again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, Subquery
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from agents.approvals import approvals_expire_due
@@ -95,6 +98,56 @@ class ReconcileReport:
     @property
     def changed(self) -> bool:
         return any(self.as_dict().values())
+
+
+_Rows = TypeVar("_Rows", bound=QuerySet[Any, Any])
+
+
+class _PassedOver:
+    """The rows of one step that this process's passes read and could not repair: a repair that raised (a row it
+    cannot read, such as an approval stored with a key this process lacks) or a row left for later (a run whose
+    worker may still be finishing). Each pass reads them after the others, oldest first among each: taken oldest
+    first, a batch of them at the head was every pass's batch, and each newer row waited for good (or until the
+    ones left for later came due). They are read again where a batch has room, so each is retried; one repaired
+    leaves the set.
+
+    In the process's memory, as the reconciler holds no state of its own: a process that starts afresh reads them
+    first once more, and passes over them from its second pass. Each pass first drops those no longer due
+    (repaired since, here or by another process), so the set holds no more than the step's rows left unrepaired."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field  # the row's id, as the step's query names it
+        self.ids: set[Any] = set()
+
+    def read(self, due: QuerySet[Any], *keys: str, shape: Callable[[QuerySet[Any]], _Rows], batch: int) -> list[Any]:
+        """Up to ``batch`` of the step's ``due`` rows, ordered by ``keys`` and read as ``shape`` makes them (values,
+        distinct): those passed over after the others. Two reads rather than one ordered by whether a row was passed
+        over: PostgreSQL orders a ``SELECT DISTINCT`` only by what it selects."""
+        if self.ids:
+            self.ids = set(due.filter(**{f"{self.field}__in": list(self.ids)}).values_list(self.field, flat=True))
+        if not self.ids:
+            return list(shape(due.order_by(*keys))[:batch])
+        passed_over = {f"{self.field}__in": list(self.ids)}
+        rows = list(shape(due.exclude(**passed_over).order_by(*keys))[:batch])
+        if len(rows) < batch:
+            rows += shape(due.filter(**passed_over).order_by(*keys))[: batch - len(rows)]
+        return rows
+
+    def note(self, row_id: Any, *, repaired: bool) -> None:
+        """What the pass did with a row it read: ``repaired`` unless its repair raised or it was left for later (a
+        row another reconciler changed first counts as repaired: it is no longer due)."""
+        if repaired:
+            self.ids.discard(row_id)
+        else:
+            self.ids.add(row_id)
+
+
+# Per step (2, 5, 6, 7, 8): what its batches pass over.
+_LOST_PASSED_OVER = _PassedOver("id")
+_PARKED_PASSED_OVER = _PassedOver("id")
+_FINISHED_APPROVALS_PASSED_OVER = _PassedOver("run")
+_CANCELLED_PASSED_OVER = _PassedOver("id")
+_RESERVATIONS_PASSED_OVER = _PassedOver("run")
 
 
 def runs_reconcile(*, now: datetime | None = None) -> ReconcileReport:
@@ -164,7 +217,7 @@ def _fail_overdue_runs(now: datetime) -> tuple[int, int]:
     return failed, interrupted
 
 
-# What a repair that raised changed (``repaired_alone``'s ``nothing``).
+# What a repair that raised changed (``repaired_alone``'s ``nothing``; told apart by identity).
 _UNCHANGED = UnheldChange(changed=False)
 
 
@@ -188,12 +241,14 @@ def _recover_runs_of_lost_workers(now: datetime) -> tuple[int, int, int]:
     ``outcome_unknown``."""
     batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
     max_deliveries = int(lifecycle_setting("PLATFORM_RUN_MAX_DELIVERIES"))
-    expired = (
-        Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lte=now)
-        .order_by("lease_expires_at")
-        .values("id", "worker", "delivery_count", "lease_expires_at", "agent__time_limit_s", "purpose", "traceparent")[
-            :batch
-        ]
+    due = Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lte=now)
+    expired = _LOST_PASSED_OVER.read(
+        due,
+        "lease_expires_at",
+        shape=lambda rows: rows.values(
+            "id", "worker", "delivery_count", "lease_expires_at", "agent__time_limit_s", "purpose", "traceparent"
+        ),
+        batch=batch,
     )
     requeued = lost = interrupted = 0
     for row in expired:
@@ -207,9 +262,11 @@ def _recover_runs_of_lost_workers(now: datetime) -> tuple[int, int, int]:
             )
             lost += failed.changed
             interrupted += failed.approvals_interrupted
+            _LOST_PASSED_OVER.note(row["id"], repaired=failed is not _UNCHANGED)
         else:
             requeued += queued.changed
             interrupted += queued.approvals_interrupted
+            _LOST_PASSED_OVER.note(row["id"], repaired=True)
     return requeued, lost, interrupted
 
 
@@ -295,42 +352,53 @@ def _redispatch_stale_queued_runs(now: datetime) -> int:
 def _resume_parked_runs_without_pending_approvals() -> int:
     batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
     pending = Approval.objects.filter(run=OuterRef("pk"), status=Approval.Status.PENDING)
-    parked = list(
-        Run.objects.filter(status=Run.Status.AWAITING_APPROVAL)
-        .exclude(Exists(pending))
-        .order_by("created_at")
-        .values_list("id", flat=True)[:batch]
+    due = Run.objects.filter(status=Run.Status.AWAITING_APPROVAL).exclude(Exists(pending))
+    parked = _PARKED_PASSED_OVER.read(
+        due, "created_at", shape=lambda rows: rows.values_list("id", flat=True), batch=batch
     )
     resumed = 0
     for run_id in parked:
-        with transaction.atomic():
-            # As a decision does: the run's row first, then what its approvals say now.
-            run_row_lock(run_id)
-            if Approval.objects.filter(run_id=run_id, status=Approval.Status.PENDING).exists():
-                continue
-            if run_resume(run_id=str(run_id)):
-                logger.warning("run %s was parked with no approval pending; queued again", run_id)
-                resumed += 1
+        done = repaired_alone("resume it", partial(_resume_parked_run, run_id), None, run_id=run_id)
+        _PARKED_PASSED_OVER.note(run_id, repaired=done is not None)
+        resumed += bool(done)
     return resumed
+
+
+@transaction.atomic
+def _resume_parked_run(run_id: Any) -> bool:
+    # As a decision does: the run's row first, then what its approvals say now.
+    run_row_lock(run_id)
+    if Approval.objects.filter(run_id=run_id, status=Approval.Status.PENDING).exists():
+        return False
+    if not run_resume(run_id=str(run_id)):
+        return False
+    logger.warning("run %s was parked with no approval pending; queued again", run_id)
+    return True
 
 
 def _end_approvals_of_finished_runs(now: datetime) -> int:
     batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
-    left = (
-        Approval.objects.filter(
-            status__in=[Approval.Status.EXECUTING, Approval.Status.APPROVED, Approval.Status.PENDING],
-            run__status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED],
-        )
-        .values_list("run_id", "run__finished_at", "run__agent__time_limit_s")
-        .order_by("run__finished_at")  # one row per run (no approval's own ordering in the DISTINCT), oldest first
-        .distinct()[:batch]
+    due = Approval.objects.filter(
+        status__in=[Approval.Status.EXECUTING, Approval.Status.APPROVED, Approval.Status.PENDING],
+        run__status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED],
+    )
+    left = _FINISHED_APPROVALS_PASSED_OVER.read(
+        due,
+        "run__finished_at",  # oldest first; one row per run (no approval's own ordering in the DISTINCT)
+        shape=lambda rows: rows.values_list("run_id", "run__finished_at", "run__agent__time_limit_s").distinct(),
+        batch=batch,
     )
     ended = 0
     for run_id, finished_at, time_limit_s in left:
         _soft, hard = run_time_limits(time_limit_s)
         if finished_at is not None and finished_at + timedelta(seconds=hard) > now:
-            continue  # its worker may still be finishing a call (a run cancelled while it ran)
-        ended += repaired_alone("end its approvals", partial(_end_approvals_of, run_id), 0, run_id=run_id)
+            # Its worker may still be finishing a call (a run cancelled while it ran): later, and after the others
+            # (a run of a long time limit held those of short ones back until it came due).
+            _FINISHED_APPROVALS_PASSED_OVER.note(run_id, repaired=False)
+            continue
+        count = repaired_alone("end its approvals", partial(_end_approvals_of, run_id), None, run_id=run_id)
+        _FINISHED_APPROVALS_PASSED_OVER.note(run_id, repaired=count is not None)
+        ended += count or 0
     return ended
 
 
@@ -338,18 +406,17 @@ def _settle_finished_runs() -> None:
     """Step 8: settle the open budget reservations of finished runs (held, they kept a budget's room from new runs
     with "runs in flight hold it", no run being in flight)."""
     batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
-    left = (
-        BudgetReservation.objects.filter(
-            settled_at__isnull=True, run__status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED]
-        )
-        # A run cancelled while it ran keeps its reservation for its worker's call under way (step 7 settles it).
-        .exclude(run__status=Run.Status.CANCELLED, run__lease_expires_at__isnull=False)
-        .values_list("run_id", flat=True)
-        .order_by("run_id")
-        .distinct()[:batch]
+    due = BudgetReservation.objects.filter(
+        settled_at__isnull=True, run__status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED]
+    ).exclude(  # a run cancelled while it ran keeps its reservation for its worker's call under way (step 7 settles it)
+        run__status=Run.Status.CANCELLED, run__lease_expires_at__isnull=False
+    )
+    left = _RESERVATIONS_PASSED_OVER.read(
+        due, "run_id", shape=lambda rows: rows.values_list("run_id", flat=True).distinct(), batch=batch
     )
     for run_id in left:
-        repaired_alone("settle its budgets", partial(_settle_alone, run_id), 0, run_id=run_id)
+        settled = repaired_alone("settle its budgets", partial(_settle_alone, run_id), None, run_id=run_id)
+        _RESERVATIONS_PASSED_OVER.note(run_id, repaired=settled is not None)
 
 
 @transaction.atomic
@@ -370,21 +437,30 @@ def _end_runs_cancelled_while_running(now: datetime) -> int:
     (``RunEventWriter.emit_cancelled``); the lease is cleared (compare-and-swap), so each run is handled once.
     Returns how many ends it recorded."""
     batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
-    due = list(
-        Run.objects.filter(status=Run.Status.CANCELLED, lease_expires_at__lte=now)
-        .order_by("lease_expires_at")
-        .values_list("id", "lease_expires_at")[:batch]
+    cancelled = Run.objects.filter(status=Run.Status.CANCELLED, lease_expires_at__lte=now)
+    due = _CANCELLED_PASSED_OVER.read(
+        cancelled, "lease_expires_at", shape=lambda rows: rows.values_list("id", "lease_expires_at"), batch=batch
     )
     recorded = 0
     for run_id, lease_expires_at in due:
-        with transaction.atomic():
-            if not Run.objects.filter(id=run_id, status=Run.Status.CANCELLED, lease_expires_at=lease_expires_at).update(
-                lease_expires_at=None
-            ):
-                continue  # another reconciler got there first
-            if cancellation_recorded(run_id=run_id):
-                continue  # its worker recorded its end
-            RunEventWriter(run_id=run_id, secrets=[]).emit_cancelled()
-        recorded += 1
-        logger.warning("run %s: its worker never recorded the cancellation; its end is recorded now", run_id)
+        done = repaired_alone(
+            "record its end (cancelled)", partial(_end_cancelled_run, run_id, lease_expires_at), None, run_id=run_id
+        )
+        _CANCELLED_PASSED_OVER.note(run_id, repaired=done is not None)
+        if done:
+            recorded += 1
+            logger.warning("run %s: its worker never recorded the cancellation; its end is recorded now", run_id)
     return recorded
+
+
+@transaction.atomic
+def _end_cancelled_run(run_id: Any, lease_expires_at: datetime | None) -> bool:
+    """Step 7 for one run: whether this pass recorded its end."""
+    if not Run.objects.filter(id=run_id, status=Run.Status.CANCELLED, lease_expires_at=lease_expires_at).update(
+        lease_expires_at=None
+    ):
+        return False  # another reconciler got there first
+    if cancellation_recorded(run_id=run_id):
+        return False  # its worker recorded its end
+    RunEventWriter(run_id=run_id, secrets=[]).emit_cancelled()
+    return True
