@@ -22,7 +22,8 @@ conversation, kept in the run's ``context`` (``contextId``) with the caller's ``
 and a message sent under that id goes on in its conversation (``agents.conversations``). A message's
 parts map onto the run as the REST API maps an A2A message (``agents.api.a2a``): text → query, data → ``a2a_data``,
 url/raw → ``a2a_files`` metadata. The message's ``messageId`` is the run's idempotency key (a retried send gets
-the same task). ``awaiting_approval`` is ``TASK_STATE_INPUT_REQUIRED``: its status message names the pending calls;
+the same task). ``awaiting_approval`` is ``TASK_STATE_INPUT_REQUIRED``: its status message names the pending calls
+(where every one is past its expiry, not yet marked by the reconciler, nothing is asked: ``TASK_STATE_WORKING``);
 a message on that task with a data part ``{"decision": "approve"|"reject", "approvalId"?, "reason"?}`` (or the text
 ``approve``/``reject``, ``승인``/``거절``/``거부``, as the whole message) decides them (all of them, or none where one is refused), as
 ``POST /runs/{id}/approvals/{id}`` would, and the task goes on; the same reply sent again under its ``messageId``
@@ -45,7 +46,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -54,10 +55,10 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.db import transaction
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import Exists, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
-from django.utils import translation
+from django.utils import timezone, translation
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
@@ -96,7 +97,7 @@ from agents.api.serializers import (
     BoundedListField,
     part_contents_message,
 )
-from agents.api.throttling import api_key_rate_check, stream_slot_release
+from agents.api.throttling import StreamSlot, api_key_rate_check, stream_slot_release
 from agents.approvals import approval_decide, approvals_waiting
 from agents.config_cache import RunConfiguration, described_configuration, tools_served
 from agents.conversations import (
@@ -511,6 +512,8 @@ def task_status(run: Run) -> dict[str, Any]:
     status: dict[str, Any] = {"state": TASK_STATE[Run.Status(run.status)], "timestamp": _timestamp(run)}
     if run.status == Run.Status.AWAITING_APPROVAL:
         approvals = pending_approvals(run)
+        if not approvals and approvals_lapsed(run):
+            return {**status, "state": "TASK_STATE_WORKING", "message": approvals_lapsed_message(run)}
         # The arguments as the admin shows them to an approver: a character that hides itself (a direction override
         # that makes ``invoice‮fdp.exe`` read ``invoiceexe.pdf``) written out, in the very text the caller decides on.
         calls = ", ".join(f"{a['tool']} {visible_text(json.dumps(a['args'], ensure_ascii=False))}" for a in approvals)
@@ -539,6 +542,28 @@ def task_status(run: Run) -> dict[str, Any]:
             ],
         )
     return status
+
+
+def approvals_lapsed_message(run: Run) -> dict[str, Any]:
+    """The status message of a task parked for approvals none of which may still be decided (each past its expiry,
+    which the reconciler has not marked yet): it asks for nothing. It read ``input-required`` with "Approval needed
+    before these calls: ." and an empty list, and an answer to it was refused as expired; the reconciler expires
+    them and the run goes on without those calls, as ``POST /runs/{id}/approvals/{id}`` would find them."""
+    text = _("The calls this task waited on were not approved in time; it goes on without them.")
+    return _agent_message(run, "approvals-lapsed", [{"text": text}])
+
+
+def approvals_lapsed(run: Run) -> bool:
+    """Whether ``run``, parked for approval, waits on approvals that are all past their expiry, not yet marked by
+    the reconciler (``approvals_waiting`` offers none of them): it waits for the reconciler, not for anyone's
+    input, and its task is ``TASK_STATE_WORKING`` (``task_status``)."""
+    pending = run.approvals.filter(status=Approval.Status.PENDING)
+    return pending.exists() and not approvals_waiting(run).exists()
+
+
+def input_required(run: Run) -> bool:
+    """Whether ``run`` waits for a caller's decision: parked for approval, its approvals not all lapsed."""
+    return run.status == Run.Status.AWAITING_APPROVAL and not approvals_lapsed(run)
 
 
 def answer_artifact(run: Run) -> dict[str, Any]:
@@ -991,7 +1016,7 @@ class TaskFeed:
             run = Run.objects.select_related("agent").get(pk=self.run_id)
         # Asked before the events are read, as the REST event stream asks it: a run cancelled while it ran reads
         # cancelled at once, and its worker records the call it was making (a write, perhaps) and its end later.
-        ended = run_stopped(run)
+        ended = task_stopped(run)
         events = run_events_after(run_id=run.pk, after=self.last_seq, limit=200)
         for event in events:
             self.last_seq = event.seq
@@ -1034,6 +1059,16 @@ class TaskFeed:
             self.last_sent = time.monotonic()
             chunks.append(": keep-alive\n\n")
         return chunks, "wait"
+
+
+def task_stopped(run: Run) -> bool:
+    """Whether the task of ``run`` (as just read) has stopped, for an A2A stream or a blocking ``SendMessage``:
+    ``run_stopped``, where a run parked for approval stops only while one may still be decided (``input_required``):
+    one parked on approvals past their expiry goes on once the reconciler marks them, and its stream follows it
+    there rather than end on a ``TASK_STATE_WORKING`` it was about to leave."""
+    if run.status == Run.Status.AWAITING_APPROVAL:
+        return input_required(run)
+    return run_stopped(run)
 
 
 def run_stopped(run: Run) -> bool:
@@ -1150,7 +1185,7 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
             raise invalid_params(_("'status' must be one of: %(states)s.") % {"states": ", ".join(A2A_TASK_STATES)})
         # A state A2A has that no run is ever in (TASK_STATE_REJECTED, TASK_STATE_AUTH_REQUIRED): no task, not an
         # error (a client that asks for each state in turn was refused one).
-        runs = runs.filter(status__in=[status for status, name in TASK_STATE.items() if name == state])
+        runs = runs.filter(task_state_filter(state))
     if params.get("statusTimestampAfter") is not None:  # at or after, as the A2A SDK's task store reads it
         runs = runs.filter(status_at__gte=_timestamp_param(params["statusTimestampAfter"], "statusTimestampAfter"))
     size = LIST_PAGE_SIZE if params.get("pageSize") is None else params["pageSize"]
@@ -1173,6 +1208,22 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
         tasks.append(task)
     token = _page_token(page[-1]) if more and page else ""
     return {"tasks": tasks, "nextPageToken": token, "pageSize": size, "totalSize": total}
+
+
+def task_state_filter(state: str) -> Q:
+    """The runs whose task is in ``state`` (a ``TASK_STATE_*``), as ``task_status`` tells it: a run parked for
+    approval is ``TASK_STATE_INPUT_REQUIRED``, but ``TASK_STATE_WORKING`` where its approvals all lapsed
+    (``approvals_lapsed``)."""
+    pending = Approval.objects.filter(run=OuterRef("pk"), status=Approval.Status.PENDING)
+    waiting = pending.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+    parked = Run.Status.AWAITING_APPROVAL
+    lapsed = Q(Exists(pending), ~Exists(waiting), status=parked)
+    statuses = Q(status__in=[s for s, name in TASK_STATE.items() if name == state and s != parked])
+    if state == "TASK_STATE_INPUT_REQUIRED":
+        return Q(status=parked) & ~lapsed
+    if state == "TASK_STATE_WORKING":
+        return statuses | lapsed
+    return statuses
 
 
 def _in_utc(moment: datetime) -> datetime:
@@ -1429,7 +1480,11 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
     if isinstance(result, Stream) and slot is not None:
         result.feed.recheck = KeyRecheck(api_key, slot, run_id=result.feed.run_id)
         poll = result.feed.poll
-        stream = paced_async(poll, slot) if isinstance(request, ASGIRequest) else paced_sync(poll, slot)
+        stream: SlotStream
+        if isinstance(request, ASGIRequest):
+            stream = AsyncSlotStream(paced_async(poll, slot), slot)
+        else:
+            stream = SyncSlotStream(paced_sync(poll, slot), slot)
         response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
@@ -1446,6 +1501,34 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
         response["X-Accel-Buffering"] = "no"
         return response
     return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
+
+
+class SlotStream:
+    """A stream's chunks whose ``close`` gives its slot back. Django closes the response when its client has gone
+    (or the stream is done), but a generator that never started runs no ``finally``: a client that left before the
+    first chunk (while the response's head was being sent) held the key's slot until its lease ran out, and the
+    key's other streams were refused meanwhile. Giving it back twice is harmless (``stream_slot_release`` frees only
+    a slot it still holds). As the run events API's stream (``agents.api.events``)."""
+
+    def __init__(self, chunks: Iterator[str] | AsyncIterator[str], slot: StreamSlot) -> None:
+        self.chunks = chunks
+        self.slot = slot
+
+    def close(self) -> None:
+        close = getattr(self.chunks, "close", None)
+        if close is not None:
+            close()  # a sync generator under way: its own ``finally`` runs now
+        stream_slot_release(self.slot)
+
+
+class SyncSlotStream(SlotStream):
+    def __iter__(self) -> Iterator[str]:
+        return cast(Iterator[str], self.chunks)
+
+
+class AsyncSlotStream(SlotStream):
+    def __aiter__(self) -> AsyncIterator[str]:
+        return cast(AsyncIterator[str], self.chunks)
 
 
 class TaskWait:
@@ -1477,7 +1560,7 @@ class TaskWait:
                 if loss is not None:
                     return [closing_event(self.rpc_id, loss)], "done"
                 run = Run.objects.select_related("agent").get(pk=self.run_id)
-                if run_stopped(run) or time.monotonic() >= self.deadline:
+                if task_stopped(run) or time.monotonic() >= self.deadline:
                     loss = self._loss_before_answer()
                     if loss is not None:
                         return [closing_event(self.rpc_id, loss)], "done"
