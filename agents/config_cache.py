@@ -215,6 +215,16 @@ def _masking_secrets(servers: list[McpServer], generation: str | None) -> list[s
     return list(dict.fromkeys([*own, *(value for value in others if credential_like(value))]))
 
 
+def shown_secrets() -> list[str]:
+    """The credentials the configuration binds now (every binding's and every agent's model key that look like one,
+    ``credential_like``), as this process holds them while the configuration's generation holds (one primary-key
+    read): what a run's records served to its caller are masked again with. They were masked with the secrets known
+    when they were written; a value bound as a secret after (a token a caller typed, then given to a server) was in
+    none of them."""
+    every = _held(_rows, ("every_binding_secret",), config_generation(), every_binding_secret)
+    return [value for value in every if credential_like(value)]
+
+
 def every_binding_secret() -> list[str]:
     """The secrets of every MCP binding and every agent's model key, not only those of the run's agent: a tool of
     one server may answer with another's token (a shared configuration file, a log line it read), which was masked

@@ -23,11 +23,13 @@ from rest_framework.fields import SkipField
 from rest_framework.relations import PKOnlyObject
 
 from agents.api.a2a import decoded_size
+from agents.config_cache import shown_secrets
 from agents.conversations import CONTEXT_ID_MAX_CHARS, context_id_problem, context_without_null_id
 from agents.decision_reasons import approval_reason_text
 from agents.error_texts import error_message_text
 from agents.models import Approval, Run
 from agents.selectors import run_approvals, run_tool_calls
+from audit.masking import mask_known
 
 # --- fields and input shapes -----------------------------------------------------------------------------
 
@@ -551,8 +553,24 @@ class TokenUsageField(serializers.JSONField):
     """The run's ``token_usage`` as stored (the schema names their keys)."""
 
 
+class MaskedAsServed(serializers.BaseSerializer):  # type: ignore[type-arg]
+    """A run served masked again with the credentials bound now (``shown_secrets``, read once per answer, a list's
+    runs alike): the run's records were masked with those known when they were written, and a value bound as a
+    secret since (a token the caller typed, then given to a server) was in none of them."""
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if _SHOWN_SECRETS not in self.context:
+            self.context[_SHOWN_SECRETS] = shown_secrets()
+        shown: dict[str, Any] = mask_known(data, secrets=self.context[_SHOWN_SECRETS])
+        return shown
+
+
+_SHOWN_SECRETS = "shown_secrets"  # the serializer context's key of the secrets a run is masked with
+
+
 @extend_schema_serializer(component_name="Run")
-class RunOutputSerializer(BuiltOnceFields, serializers.ModelSerializer):
+class RunOutputSerializer(MaskedAsServed, BuiltOnceFields, serializers.ModelSerializer):
     """A run: its input, its status and outcome, what it did (deterministic results, tool calls, approvals) and
     what it cost."""
 
@@ -644,7 +662,7 @@ def _never_started(run: Run) -> bool:
 
 
 @extend_schema_serializer(component_name="RunSummary")
-class RunSummarySerializer(BuiltOnceFields, serializers.ModelSerializer):
+class RunSummarySerializer(MaskedAsServed, BuiltOnceFields, serializers.ModelSerializer):
     """A run in a list: no trace, tool calls or approvals (`GET /runs/{id}` has them)."""
 
     agent = serializers.SlugRelatedField(slug_field="slug", read_only=True)

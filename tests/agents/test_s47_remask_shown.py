@@ -179,3 +179,23 @@ def test_the_approval_lists_filters_do_not_offer_a_server_id_bound_since(parked_
     assert TOKEN not in text
     assert f"{MASK}.append_note" in text
     assert "?mcp_id=notes" in text  # the other server's choice is offered as before
+
+
+def test_the_runs_api_answer_masks_it(finished_then_bound: Any) -> None:
+    """``GET /api/v1/runs/{id}`` (and the run list) serve the run's question, answer, tool calls and approvals
+    masked again with the credentials bound now, its Korean intact."""
+    run, raw = finished_then_bound
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    detail = client.get(f"/api/v1/runs/{run.pk}")
+    assert detail.status_code == 200, detail.content
+    body = detail.json()
+    assert TOKEN not in detail.content.decode()
+    assert body["query"] == f"토큰 {MASK} 로 메모 남겨줘"
+    assert body["answer"].startswith(f"저장했습니다 ({MASK})")
+    assert [call["name"] for call in body["tool_calls"]] == ["echo", "append_note"]
+    assert body["tool_calls"][0]["args"] == {"text": f"토큰 {MASK}"}
+    listed = client.get("/api/v1/runs")
+    assert listed.status_code == 200, listed.content
+    assert TOKEN not in listed.content.decode()
+    assert f"토큰 {MASK}" in listed.content.decode()
