@@ -93,6 +93,7 @@ SERVER_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 TOOL_PREFIX = "ask_"
 # A run's events that are tool calls: the model's or a flow's (``tool_call``) and the deterministic rules'.
 TOOL_EVENTS = frozenset({"tool_call", "deterministic_result"})
+EVENTS_READ = 200  # a poll's read of a run's events
 STOPPED = frozenset({Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED, Run.Status.AWAITING_APPROVAL})
 
 
@@ -386,7 +387,8 @@ class CallFeed:
             return [], "done"  # the client cancelled this request: it is not answered
         ended = run_stopped(run)  # before the events: a run cancelled while it ran records its call, then its end
         chunks: list[str] = []
-        for event in run_events_after(run_id=run.pk, after=self.last_seq, limit=200):
+        events = run_events_after(run_id=run.pk, after=self.last_seq, limit=EVENTS_READ)
+        for event in events:
             self.last_seq = event.seq
             if self.progress_token is None:
                 continue
@@ -394,6 +396,10 @@ class CallFeed:
                 chunks.append(self._progress(status_progress_text(run, str(event.data.get("status") or ""))))
             elif event.kind in TOOL_EVENTS:
                 chunks.append(self._progress(tool_progress_text(run, event.data)))
+        if len(events) == EVENTS_READ:
+            # More may follow: read before the result, or every event past the first read's would never be sent
+            # (the progress counter has no gap to tell the caller so).
+            return chunks, "more"
         if ended or time.monotonic() >= self.deadline:
             chunks.append(self._message({"jsonrpc": "2.0", "id": self.rpc_id, "result": call_result(run)}))
             return chunks, "done"

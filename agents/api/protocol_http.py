@@ -193,8 +193,9 @@ Poll = Callable[[], tuple[list[str], PollState]]
 async def paced_async(
     poll: Poll, slot: StreamSlot | None, *, on_abandon: Callable[[], None] | None = None
 ) -> AsyncIterator[str]:
-    """Chunks from ``poll`` every ``PLATFORM_SSE_POLL_S`` seconds until it says ``done``; the slot (if one is held)
-    is released however the stream ends. ``on_abandon`` is called (in a thread) when the client goes away first."""
+    """Chunks from ``poll`` every ``PLATFORM_SSE_POLL_S`` seconds (at once after a ``more``) until it says ``done``;
+    the slot (if one is held) is released however the stream ends. ``on_abandon`` is called (in a thread) when the
+    client goes away first."""
     poll_s = float(api_setting("PLATFORM_SSE_POLL_S"))
     try:
         while True:
@@ -203,7 +204,8 @@ async def paced_async(
                 yield chunk
             if state == "done":
                 return
-            await asyncio.sleep(poll_s)
+            if state == "wait":  # "more": the poll read a whole batch, and reads the next at once
+                await asyncio.sleep(poll_s)
     except (GeneratorExit, asyncio.CancelledError):
         # The client went away (the server closed the stream, or cancelled its task): not the server's own error,
         # which leaves the run alone.
@@ -223,7 +225,8 @@ def paced_sync(poll: Poll, slot: StreamSlot | None, *, on_abandon: Callable[[], 
             yield from chunks
             if state == "done":
                 return
-            time.sleep(poll_s)
+            if state == "wait":  # "more": the poll read a whole batch, and reads the next at once
+                time.sleep(poll_s)
     except GeneratorExit:  # the client went away (the server closed the response)
         if on_abandon is not None:
             on_abandon()
