@@ -99,7 +99,7 @@ from agents.api.serializers import (
 )
 from agents.api.throttling import StreamSlot, api_key_rate_check, stream_slot_release
 from agents.approvals import approval_decide, approvals_waiting
-from agents.config_cache import RunConfiguration, described_configuration, tools_served
+from agents.config_cache import RunConfiguration, described_configuration, shown_secrets, tools_served
 from agents.conversations import (
     context_id_of,
     context_id_problem,
@@ -120,7 +120,7 @@ from agents.selectors import (
 )
 from agents.services import request_digest, run_cancel, run_submit
 from audit.change_guard import config_generation
-from audit.masking import mask_text
+from audit.masking import mask_known, mask_text
 from audit.visible import readable_text, visible_text
 from mcpregistry.contracts import frozen_out_of_date
 from mcpregistry.crypto import SecretDecryptionError
@@ -980,13 +980,18 @@ class TaskFeed:
         self.language = translation.get_language()  # the caller's (the stream outlives the request's translation)
         self.last_seq = after
         self.send_task = send_task
+        # What the stream's results are masked with (``served``), read with its first event.
+        self.secrets: list[str] | None = None
         self.deadline = time.monotonic() + float(api_setting("PLATFORM_SSE_MAX_S"))
         self.last_sent = time.monotonic()
         self.keepalive_s = float(api_setting("PLATFORM_SSE_KEEPALIVE_S"))
 
     def _event(self, result: dict[str, Any]) -> str:
         self.last_sent = time.monotonic()
-        return f"data: {dumps({'jsonrpc': '2.0', 'id': self.rpc_id, 'result': result})}\n\n"
+        if self.secrets is None:
+            self.secrets = shown_secrets()
+        shown = mask_known(result, secrets=self.secrets)
+        return f"data: {dumps({'jsonrpc': '2.0', 'id': self.rpc_id, 'result': shown})}\n\n"
 
     def _status_update(self, run: Run, status: dict[str, Any]) -> str:
         return self._event({"statusUpdate": {"taskId": str(run.id), "contextId": context_id_of(run), "status": status}})
@@ -1059,6 +1064,14 @@ class TaskFeed:
             self.last_sent = time.monotonic()
             chunks.append(": keep-alive\n\n")
         return chunks, "wait"
+
+
+def served(result: Any) -> Any:
+    """A method's result (a task, a list of them) as it is answered: masked again with the credentials bound now
+    (``shown_secrets``). A run's records were masked with those known when they were written; a value bound as a
+    secret since (a token the caller typed, then given to a server) was in none of them. A stream's results are
+    masked as each is sent (``TaskFeed``)."""
+    return mask_known(result, secrets=shown_secrets()) if isinstance(result, dict) else result
 
 
 def task_stopped(run: Run) -> bool:
@@ -1466,7 +1479,7 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
             return json_response(_rpc_error(rpc_id, busy), status=busy.http_status, headers=busy.headers)
     try:
         result, error = await sync_to_async(_guarded)(
-            lambda: rpc_call(agent=agent, api_key=api_key, method=method, params=params, rpc_id=rpc_id)
+            lambda: served(rpc_call(agent=agent, api_key=api_key, method=method, params=params, rpc_id=rpc_id))
         )
     except BaseException:  # cancelled (the client went away) or stopping: the slot is not held for its lease
         if slot is not None:
@@ -1565,7 +1578,7 @@ class TaskWait:
                     if loss is not None:
                         return [closing_event(self.rpc_id, loss)], "done"
                     task = task_of(run, history_length=self.history_length)
-                    answer = {"jsonrpc": "2.0", "id": self.rpc_id, "result": {"task": task}}
+                    answer = {"jsonrpc": "2.0", "id": self.rpc_id, "result": served({"task": task})}
                     return [f"data: {dumps(answer)}\n\n"], "done"
             except Exception:  # answered as an error; the task is not the client's to lose
                 logger.exception("A2A SendMessage: reading run %s failed", self.run_id)

@@ -78,13 +78,14 @@ from agents.api.protocol_http import (
 )
 from agents.api.throttling import api_key_rate_check, stream_slot_release
 from agents.approvals import approvals_waiting
-from agents.config_cache import described_configuration
+from agents.config_cache import described_configuration, shown_secrets
 from agents.conversations import CONTEXT_ID_MAX_CHARS, context_id_problem, context_without_null_id
 from agents.error_texts import error_message_text
 from agents.models import Agent, AgentVersion, ApiKey, Run
 from agents.selectors import agent_list_for_key, run_events_after, run_tool_calls
 from agents.services import run_cancel, run_create, secrets_readable_or_refused
 from audit.change_guard import config_generation
+from audit.masking import mask_known
 from audit.visible import visible_text
 
 logger = logging.getLogger(__name__)
@@ -353,6 +354,7 @@ class CallFeed:
         self.recheck = recheck
         self.language = translation.get_language()  # the caller's (the stream outlives the request's translation)
         self.progress_token = progress_token
+        self.secrets: list[str] | None = None  # what its messages are masked with (``_message``)
         self.last_seq = 0
         self.progress = 0
         self.deadline = time.monotonic() + float(api_setting("PLATFORM_SSE_MAX_S"))
@@ -360,8 +362,13 @@ class CallFeed:
         self.keepalive_s = float(api_setting("PLATFORM_SSE_KEEPALIVE_S"))
 
     def _message(self, body: dict[str, Any]) -> str:
+        """One message of the call's stream, masked again with the credentials bound now (read with its first
+        message): the run's records were masked with those known when they were written, and a value bound as a
+        secret since (a token the caller typed, then given to a server) was in none of them."""
         self.last_sent = time.monotonic()
-        return f"event: message\ndata: {dumps(body)}\n\n"
+        if self.secrets is None:
+            self.secrets = shown_secrets()
+        return f"event: message\ndata: {dumps(mask_known(body, secrets=self.secrets))}\n\n"
 
     def _progress(self, message: str) -> str:
         self.progress += 1

@@ -10,6 +10,7 @@ in clear, masked with the secrets known when it was written.
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -199,3 +200,25 @@ def test_the_runs_api_answer_masks_it(finished_then_bound: Any) -> None:
     assert listed.status_code == 200, listed.content
     assert TOKEN not in listed.content.decode()
     assert f"토큰 {MASK}" in listed.content.decode()
+
+
+def test_the_a2a_task_and_the_mcp_calls_result_mask_it(finished_then_bound: Any) -> None:
+    """A2A ``GetTask`` (its history's question, its answer artifact) and an MCP ``tools/call``'s result stream
+    serve the run masked again with the credentials bound now."""
+    from agents.api.mcp_server import CallFeed
+
+    run, raw = finished_then_bound
+    body = {"jsonrpc": "2.0", "id": "g1", "method": "GetTask", "params": {"id": str(run.pk), "historyLength": 5}}
+    response = Client(HTTP_AUTHORIZATION=f"Bearer {raw}").post(
+        f"/a2a/{run.agent.slug}/", json.dumps(body), content_type="application/json"
+    )
+    assert response.status_code == 200, response.content
+    text = response.content.decode()
+    assert "result" in response.json(), text
+    assert TOKEN not in text
+    assert f"저장했습니다 ({MASK})" in text
+    chunks, state = CallFeed(run=run, rpc_id="c1", progress_token="p1").poll()
+    assert state == "done"
+    streamed = "".join(chunks)
+    assert TOKEN not in streamed
+    assert "저장했습니다" in json.loads(streamed.rsplit("data: ", 1)[1])["result"]["content"][0]["text"]
