@@ -46,7 +46,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -85,6 +85,7 @@ from agents.api.protocol_http import (
     revoked_message,
     rpc_body,
     run_unreadable_message,
+    slot_stream,
     stream_slot_take,
     throttled_message,
     too_many_streams,
@@ -97,7 +98,7 @@ from agents.api.serializers import (
     BoundedListField,
     part_contents_message,
 )
-from agents.api.throttling import StreamSlot, api_key_rate_check, stream_slot_release
+from agents.api.throttling import api_key_rate_check, stream_slot_release
 from agents.approvals import approval_decide, approvals_waiting
 from agents.config_cache import RunConfiguration, described_configuration, shown_secrets, tools_served
 from agents.conversations import (
@@ -1493,11 +1494,7 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
     if isinstance(result, Stream) and slot is not None:
         result.feed.recheck = KeyRecheck(api_key, slot, run_id=result.feed.run_id)
         poll = result.feed.poll
-        stream: SlotStream
-        if isinstance(request, ASGIRequest):
-            stream = AsyncSlotStream(paced_async(poll, slot), slot)
-        else:
-            stream = SyncSlotStream(paced_sync(poll, slot), slot)
+        stream = slot_stream(request, poll, slot)
         response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
@@ -1514,34 +1511,6 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
         response["X-Accel-Buffering"] = "no"
         return response
     return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
-
-
-class SlotStream:
-    """A stream's chunks whose ``close`` gives its slot back. Django closes the response when its client has gone
-    (or the stream is done), but a generator that never started runs no ``finally``: a client that left before the
-    first chunk (while the response's head was being sent) held the key's slot until its lease ran out, and the
-    key's other streams were refused meanwhile. Giving it back twice is harmless (``stream_slot_release`` frees only
-    a slot it still holds). As the run events API's stream (``agents.api.events``)."""
-
-    def __init__(self, chunks: Iterator[str] | AsyncIterator[str], slot: StreamSlot) -> None:
-        self.chunks = chunks
-        self.slot = slot
-
-    def close(self) -> None:
-        close = getattr(self.chunks, "close", None)
-        if close is not None:
-            close()  # a sync generator under way: its own ``finally`` runs now
-        stream_slot_release(self.slot)
-
-
-class SyncSlotStream(SlotStream):
-    def __iter__(self) -> Iterator[str]:
-        return cast(Iterator[str], self.chunks)
-
-
-class AsyncSlotStream(SlotStream):
-    def __aiter__(self) -> AsyncIterator[str]:
-        return cast(AsyncIterator[str], self.chunks)
 
 
 class TaskWait:

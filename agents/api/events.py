@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import TooManyFieldsSent
@@ -35,7 +35,13 @@ from agent_platform.errors import ApplicationError, database_unreachable
 from agents.api.auth import ApiKeyAuthentication
 from agents.api.config import api_setting
 from agents.api.errors import DATABASE_RETRY_AFTER_S, too_many_fields_message
-from agents.api.protocol_http import key_may_read_run, run_unreadable_message
+from agents.api.protocol_http import (
+    AsyncSlotStream,
+    PollState,
+    SyncSlotStream,
+    key_may_read_run,
+    run_unreadable_message,
+)
 from agents.api.throttling import (
     StreamSlot,
     api_key_rate_check,
@@ -54,7 +60,6 @@ from audit.masking import mask_known
 RECONNECT_MS = 3000
 BATCH = 200
 FINISHED = frozenset({Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED})
-PollState = Literal["more", "wait", "done"]
 
 logger = logging.getLogger(__name__)
 
@@ -232,33 +237,6 @@ def stream_sync(feed: RunEventFeed, slot: StreamSlot) -> Iterator[str]:
         stream_slot_release(slot)
 
 
-class _SlotStream:
-    """A stream's chunks whose ``close`` (Django calls it when the response is closed: the client gone, or the
-    stream done) releases the stream's slot, even where its generator never started: a client that left before the
-    first chunk would otherwise hold the slot until its lease ran out (a generator's ``finally`` runs only once it
-    has started). Releasing twice is harmless (``stream_slot_release`` frees only the slot it still holds)."""
-
-    def __init__(self, chunks: Iterator[str] | AsyncIterator[str], slot: StreamSlot) -> None:
-        self.chunks = chunks
-        self.slot = slot
-
-    def close(self) -> None:
-        close = getattr(self.chunks, "close", None)
-        if close is not None:
-            close()  # a sync generator under way: its ``finally`` (the run's watch closed) runs now
-        stream_slot_release(self.slot)
-
-
-class _SyncSlotStream(_SlotStream):
-    def __iter__(self) -> Iterator[str]:
-        return self.chunks  # type: ignore[return-value]
-
-
-class _AsyncSlotStream(_SlotStream):
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self.chunks  # type: ignore[return-value]
-
-
 def _error(
     code: str, message: str, status: int, *, headers: dict[str, str] | None = None, **extra: Any
 ) -> JsonResponse:
@@ -385,11 +363,11 @@ async def _open_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
         on_recheck=lambda: stream_slot_renew(held, lease_s=lease_s),
         language=translation.get_language(),
     )
-    stream: _SlotStream
+    stream: SyncSlotStream | AsyncSlotStream
     if isinstance(request, ASGIRequest):
-        stream = _AsyncSlotStream(stream_async(feed, slot), slot)
+        stream = AsyncSlotStream(stream_async(feed, slot), slot)
     else:
-        stream = _SyncSlotStream(stream_sync(feed, slot), slot)
+        stream = SyncSlotStream(stream_sync(feed, slot), slot)
     return _stream_headers(StreamingHttpResponse(stream, content_type=EVENT_STREAM))
 
 

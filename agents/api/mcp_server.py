@@ -41,7 +41,6 @@ from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
@@ -64,12 +63,11 @@ from agents.api.protocol_http import (
     json_body,
     json_response,
     key_may_read_run,
-    paced_async,
-    paced_sync,
     retry_after,
     revoked_message,
     rpc_body,
     run_unreadable_message,
+    slot_stream,
     status_progress_text,
     stream_slot_take,
     throttled_message,
@@ -631,20 +629,12 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         # once: while the run goes, a space now and then (JSON's own whitespace) lets the server notice a client
         # gone, whose run is then cancelled as a stream client's is, not left to run for nobody.
         feed.progress_token = None
-        answer = (
-            paced_async(json_body(poll), slot, on_abandon=left)
-            if isinstance(request, ASGIRequest)
-            else paced_sync(json_body(poll), slot, on_abandon=left)
-        )
+        answer = slot_stream(request, json_body(poll), slot, on_abandon=left)
         response = StreamingHttpResponse(answer, content_type="application/json; charset=utf-8")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
-    stream = (
-        paced_async(poll, slot, on_abandon=left)
-        if isinstance(request, ASGIRequest)
-        else paced_sync(poll, slot, on_abandon=left)
-    )
+    stream = slot_stream(request, poll, slot, on_abandon=left)
     response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"

@@ -9,9 +9,10 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, JsonResponse
 from django.utils import translation
 from django.utils.translation import gettext as _
@@ -31,7 +32,7 @@ from agents.api.throttling import (
 from agents.models import ApiKey, Run
 from agents.selectors import api_key_is_live, run_get
 
-PollState = Literal["wait", "done"]
+PollState = Literal["more", "wait", "done"]  # "more": a whole batch was read, the next is read at once
 # Why an open stream was closed by its recheck: its key was revoked, or the key may no longer read the run.
 StreamLoss = Literal["revoked", "run_not_found"]
 
@@ -234,6 +235,66 @@ def paced_sync(poll: Poll, slot: StreamSlot | None, *, on_abandon: Callable[[], 
     finally:
         if slot is not None:
             stream_slot_release(slot)
+
+
+class SlotStream:
+    """A stream's chunks whose ``close`` gives its slot back, and calls ``on_abandon`` where the client left before
+    the body began. Django closes the response when its client has gone (or the stream is done), but a generator
+    that never started runs no ``finally`` and no ``except GeneratorExit``: a client that left before the first
+    chunk (while the response's head was being sent) held the key's slot until its lease ran out, the key's other
+    streams refused meanwhile, and an MCP call's run went on for nobody. Giving the slot back twice is harmless
+    (``stream_slot_release`` frees only a slot it still holds). As the run events API's stream
+    (``agents.api.events``)."""
+
+    def __init__(
+        self,
+        chunks: Iterator[str] | AsyncIterator[str],
+        slot: StreamSlot | None,
+        on_abandon: Callable[[], None] | None = None,
+    ) -> None:
+        self.chunks = chunks
+        self.slot = slot
+        self.on_abandon = on_abandon
+        self.started = False  # whether the body's sending began (the generator's own handlers run from then)
+
+    def close(self) -> None:
+        close = getattr(self.chunks, "close", None)
+        if close is not None:
+            close()  # a sync generator under way: its own ``finally`` runs now
+        if not self.started and self.on_abandon is not None:
+            self.on_abandon()
+        if self.slot is not None:
+            stream_slot_release(self.slot)
+
+
+class SyncSlotStream(SlotStream):
+    # Its own iterator: Django asks for the iterator as it makes the response, long before the body's first chunk.
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        self.started = True
+        return next(cast(Iterator[str], self.chunks))
+
+
+class AsyncSlotStream(SlotStream):
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self
+
+    async def __anext__(self) -> str:
+        self.started = True
+        return await anext(cast(AsyncIterator[str], self.chunks))
+
+
+def slot_stream(
+    request: HttpRequest, poll: Poll, slot: StreamSlot | None, *, on_abandon: Callable[[], None] | None = None
+) -> SyncSlotStream | AsyncSlotStream:
+    """``poll``'s chunks paced (``paced_async`` under ASGI, else ``paced_sync``) as a response's body whose close
+    gives ``slot`` back and, where the client left before the body began, calls ``on_abandon``
+    (:class:`SlotStream`)."""
+    if isinstance(request, ASGIRequest):
+        return AsyncSlotStream(paced_async(poll, slot, on_abandon=on_abandon), slot, on_abandon)
+    return SyncSlotStream(paced_sync(poll, slot, on_abandon=on_abandon), slot, on_abandon)
 
 
 def json_body(poll: Poll) -> Poll:

@@ -8,8 +8,12 @@ import json
 from typing import Any
 
 import pytest
+from django.core.signals import request_finished
+from django.db import close_old_connections
+from django.test import Client
 
 from agents.api.mcp_server import EVENTS_READ, CallFeed
+from agents.api.throttling import stream_slot_acquire, stream_slot_release
 from agents.models import Agent, Run, RunEvent
 from tests.conftest import ApiCaller, make_agent
 
@@ -39,3 +43,34 @@ def test_every_tool_call_past_one_read_is_told_before_the_result(api_caller: Api
     progress = [m["params"]["progress"] for m in sent if m.get("method") == "notifications/progress"]
     assert progress == list(range(1, calls + 1))
     assert sent[-1]["id"] == "c1" and "완료" in json.dumps(sent[-1]["result"], ensure_ascii=False)
+
+
+@pytest.mark.parametrize("accept", ["application/json, text/event-stream", "application/json"])
+def test_a_call_whose_client_left_before_its_first_chunk_cancels_its_run_and_frees_its_slot(
+    api_caller: ApiCaller, quiet: Agent, settings: Any, accept: str
+) -> None:
+    """The client went away while the answer's head was being sent: the server closes the response, whose body
+    never began. Its run went on for nobody, and its slot was held until its lease ran out (the key's next call
+    refused), as a client that leaves mid-stream has its run cancelled and its slot freed."""
+    settings.PLATFORM_SSE_MAX_STREAMS_PER_KEY = 1
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {api_caller.raw_key}")
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "ask_quiet", "arguments": {"query": "안녕"}},
+    }
+    response = client.post("/mcp/", json.dumps(body), content_type="application/json", headers={"Accept": accept})
+    assert response.status_code == 200 and response.streaming, response.content
+    run = Run.objects.get(agent=quiet)
+    assert run.status == Run.Status.QUEUED
+    request_finished.disconnect(close_old_connections)  # the test database kept open
+    try:
+        response.close()
+    finally:
+        request_finished.connect(close_old_connections)
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    slot = stream_slot_acquire(api_caller.key, lease_s=60)
+    assert slot is not None
+    stream_slot_release(slot)
