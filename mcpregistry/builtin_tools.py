@@ -369,7 +369,8 @@ def _literal(node: ast.Constant, source: str) -> Decimal:
         # A parsed node always has its position; create_decimal would refuse "" (never reached).
         text = (ast.get_source_segment(source, node) or "").replace("_", "")
         significand = text.lower().partition("e")[0]
-    if sum(ch.isdigit() for ch in significand) > MAX_LITERAL_DIGITS:
+    # Its significant digits: the zeros before the first other digit (0.000…001) hold no place of the value.
+    if sum(ch.isdigit() for ch in significand.replace(".", "").lstrip("0")) > MAX_LITERAL_DIGITS:
         raise ValueError(_("a number with more than %(limit)s digits") % {"limit": MAX_LITERAL_DIGITS})
     try:
         value = _EXACT.create_decimal(text)

@@ -81,3 +81,11 @@ def test_a_value_too_close_to_zero_is_refused_not_written_out_or_answered_as_zer
 
 def test_zero_to_the_power_zero_is_named() -> None:
     assert refusal("0 ** 0") == "0 ** 0 has no value"
+
+
+def test_the_zeros_before_a_fractions_first_digit_are_no_digits_of_its_own() -> None:
+    """``0.000…001`` (10^-30 written out) is a number in bounds with one significant digit; it was refused as "a
+    number with more than 30 digits". Thirty-one significant digits after them still are refused."""
+    written_out = "0." + "0" * 29 + "1"
+    assert calc(f"{written_out} * 2") == "0." + "0" * 29 + "2"
+    assert refusal("0.000" + "1" * 31 + " * 1") == "a number with more than 30 digits"
