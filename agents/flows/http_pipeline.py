@@ -50,7 +50,7 @@ EXAMPLES = {
 
 async def parse_request(state: FlowState) -> dict[str, Any]:
     for part in state.get("a2a_data") or []:
-        if isinstance(part.get("request"), dict):
+        if isinstance(part, dict) and isinstance(part.get("request"), dict):
             return {"request": part["request"]}
     # Any whitespace between the method and the path: a tab, the ideographic space of a Korean input method.
     method, path = [*state["query"].split(None, 1), "", ""][:2]
@@ -59,12 +59,15 @@ async def parse_request(state: FlowState) -> dict[str, Any]:
 
 async def dispatch(state: FlowState) -> dict[str, Any]:
     request = state["request"]
-    # The method as a Korean input method's full-width mode types it too ("ＧＥＴ").
-    if width_folded(str(request.get("method", ""))).strip().upper() != "GET":
+    # The method as a Korean input method's full-width mode types it too ("ＧＥＴ"); none given is a GET, as a
+    # request line without one would be read by no server, but a data part that names only its path means one.
+    if width_folded(str(request.get("method") or "GET")).strip().upper() != "GET":
         return {"response": {"status": 405, "body": {"error": "only GET is supported"}}}
+    if not isinstance(request.get("path", ""), str):  # a number, a list, null: no path ("no route for None")
+        return {"response": {"status": 400, "body": {"error": "malformed path"}}}
     try:
         # The path as the method: "／employees／김하늘" typed in full-width mode is "/employees/김하늘".
-        url = urlsplit(width_folded(str(request.get("path", ""))))
+        url = urlsplit(width_folded(request.get("path", "")))
         query = parse_qs(url.query)
     except ValueError:  # "//[oops": a netloc that is no host (urlsplit refuses it)
         return {"response": {"status": 400, "body": {"error": "malformed path"}}}

@@ -197,3 +197,28 @@ def test_a_flow_whose_output_is_empty_is_a_flow_error_not_an_empty_answer(build:
 def test_a_flow_run_with_an_empty_output_fails(demo_server: McpServer) -> None:
     result = run(flow_agent(demo_server, "flow-empty-output", f"{__name__}.build_answers_empty"), "q")
     assert (result.status, result.error_code, result.answer) == (Run.Status.FAILED, "flow:error", "")
+
+
+@pytest.mark.parametrize(
+    ("data", "status", "error"),
+    [
+        ([{"request": {"method": "POST", "path": "/employees/김하늘"}}], 405, "only GET is supported"),
+        ([{"request": {"method": "GET", "path": None}}], 400, "malformed path"),
+        ([{"request": {"method": "GET", "path": ["/employees"]}}], 400, "malformed path"),
+        ([{"request": {"path": "/assets"}}], 400, "owner is required"),  # no method: a GET, asking for an owner
+        (["not an object", {"request": {"path": "/nowhere"}}], 404, "no route for /nowhere"),
+    ],
+)
+def test_the_http_pipeline_answers_an_odd_request_with_its_status_not_a_flow_error(
+    data: list[Any], status: int, error: str
+) -> None:
+    """A data part that is not an object was an AttributeError (the run's ``flow:error``), a null path 404 "no
+    route for None", a request without a method 405; none of these calls a tool."""
+    import asyncio
+
+    from agents.flows.http_pipeline import dispatch, parse_request
+
+    state: Any = {"query": "", "a2a_data": data}
+    request = asyncio.run(parse_request(state))
+    response = asyncio.run(dispatch({**state, **request}))["response"]
+    assert (response["status"], response["body"]["error"]) == (status, error)
