@@ -82,12 +82,14 @@ class RuleDecision:
 
 
 def lookup_path(root: Any, path: str) -> Any:
-    """Follow a dotted path (``a.b.0.c``) through dicts and lists. Returns ``_MISSING`` when absent."""
+    """Follow a dotted path (``a.b.0.c``) through dicts and lists. Returns ``_MISSING`` when absent, never raises:
+    a list's index is a decimal number (``int`` reads it), not every digit (``①``, ``²``: ``isdigit`` holds and
+    ``int`` raised, and a rule's condition or template naming one ended its run ``internal``)."""
     node = root
     for part in path.split("."):
         if isinstance(node, dict) and part in node:
             node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        elif isinstance(node, list) and part.isdecimal() and int(part) < len(node):
             node = node[int(part)]
         else:
             return _MISSING

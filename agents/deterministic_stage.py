@@ -446,7 +446,10 @@ def _decide(
             query=stage.query,
             context=stage.context,
             a2a_data=stage.a2a_data,
-            available_tools={t.name for t in server.tools.all() if t.callable}
+            # As the gate offers them (``_offered``): a published version's run may call only the tools it froze,
+            # as a code rule's ``ctx.mcp_tools`` lists them. A tool switched on since is no tool of the version's,
+            # and a rule that waits for it skips, where it matched and failed the run ``deterministic:tool_unknown``.
+            available_tools={t.name for t in server.tools.all() if _offered(None, server, t, stage.contracts)}
             if server is not None and loaded
             else set(),
         )

@@ -1,0 +1,53 @@
+"""Rule matching after the s47 review: a path step that is a digit but no decimal number (``①``, ``²``) names no
+list item, and a rule's condition, its params or its answer template that holds one is a value (skipped, or the
+tool's own text), never the ``ValueError`` that ended its run ``internal``."""
+
+from __future__ import annotations
+
+from agents.deterministic import RuleSpec, decide, render_answer
+
+
+def rule(**fields: object) -> RuleSpec:
+    return RuleSpec(rule_id=1, name="행 조회", mcp_id="sds-company-data", tool_name="get_asset", **fields)  # type: ignore[arg-type]
+
+
+def test_a_circled_digit_in_a_data_condition_is_a_path_absent_from_a_list() -> None:
+    decided = decide(
+        rule(when={"data": {"rows.①": "*"}}),
+        query="자산 조회",
+        context={},
+        a2a_data=[{"rows": ["A-1004"]}],
+        available_tools={"get_asset"},
+    )
+    assert (decided.matched, decided.code, decided.reason) == (False, "rule:data", "data.rows.① absent")
+    # An object's key written so is found as it is, and a decimal index (full-width too) still reads a list.
+    keyed = decide(
+        rule(when={"data": {"rows.①": "*"}}, params={"first": "{data.rows.0}", "wide": "{data.rows.０}"}),
+        query="자산 조회",
+        context={},
+        a2a_data=[{"rows": {"①": "A-1004"}}, {"rows": ["A-1001"]}],
+        available_tools={"get_asset"},
+    )
+    assert (keyed.matched, keyed.params) == (True, {"first": "A-1001", "wide": "A-1001"})
+
+
+def test_a_superscript_digit_in_a_context_placeholder_skips_the_rule() -> None:
+    decided = decide(
+        rule(params={"owner": "{context.owners.²}"}),
+        query="자산 조회",
+        context={"owners": ["김하늘", "이서준", "박민지"]},
+        a2a_data=None,
+        available_tools={"get_asset"},
+    )
+    assert (decided.matched, decided.code, decided.reason) == (False, "rule:params", "no value for {context.owners.²}")
+
+
+def test_a_circled_digit_in_an_answer_template_reads_as_no_value() -> None:
+    value = {"count": 2, "assets": [{"model": "그램 16"}, {"model": "델 모니터"}]}
+    phrased = render_answer(
+        "첫 자산: {result.assets.①.model|없음} ({result.count}건)", query="q", match={}, params={}, value=value
+    )
+    assert phrased == "첫 자산: 없음 (2건)"
+    # Without its own words for no value, the answer is the tool's own text.
+    plain = render_answer("{result.assets.①.model}", query="q", match={}, params={}, value=value)
+    assert plain == '{"count": 2, "assets": [{"model": "그램 16"}, {"model": "델 모니터"}]}'
