@@ -35,7 +35,13 @@ from langchain_core.tools import BaseTool, StructuredTool
 
 import agent_platform.telemetry as telemetry
 from agents.deterministic import RuleDecision, RuleSpec, decide
-from agents.errors import DETERMINISTIC_STAGE_FAILED, MCP_NOT_LOADED, MUST_PROPAGATE, RunCancelled
+from agents.errors import (
+    DETERMINISTIC_STAGE_FAILED,
+    MCP_NOT_LOADED,
+    MUST_PROPAGATE,
+    RunCancelled,
+    worker_interruption,
+)
 from agents.tools import CodeRuleError, DeterministicContext, load_code_rule
 from audit.masking import mask_text, mask_value
 from audit.services import audit_events_record
@@ -495,7 +501,9 @@ def _decide(
         returned = fn(ctx)
     except MUST_PROPAGATE:
         raise
-    except Exception as exc:  # a rule author's bug fails the stage as a value
+    except BaseException as exc:  # a rule author's bug fails the stage as a value (``sys.exit()`` too)
+        if not isinstance(exc, Exception) and worker_interruption(exc):
+            raise  # the worker's own stop: the run is redelivered or ended by its task
         if stopped:  # the rule caught the stop (or failed after it): the run stops all the same
             raise stopped[0] from exc
         if parked:  # the rule stopped at a write waiting for a person (or caught that and failed after it)

@@ -24,15 +24,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import billiard.common
 from asgiref.sync import async_to_sync, sync_to_async
-from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.utils.translation import gettext as _
 from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp, GraphRecursionError
 
-from agents.errors import MUST_PROPAGATE
+from agents.errors import MUST_PROPAGATE, worker_interruption
 from agents.flows import registered_flow_graphs
 from agents.tools import CodeRuleError, import_user_module
 
@@ -323,27 +321,6 @@ class FlowCancelledItself(Exception):
     def __init__(self, cancellation: asyncio.CancelledError) -> None:
         super().__init__(cancellation)
         self.cancellation = cancellation
-
-
-# billiard's handler of a terminate signal in a pool's child process (``_shutdown_cleanup``) raises a plain
-# ``SystemExit`` and says so here. Its type stubs do not list the function.
-_terminate_handler_fired: Callable[[], bool] = getattr(billiard.common, "terminate_handler_fired", lambda: False)
-
-
-def worker_interruption(exc: BaseException) -> bool:
-    """Whether ``exc``, no ``Exception``, out of a flow is the worker's own interruption, which propagates (the
-    run is then redelivered or ended by its task, not failed as the flow's): Celery's shutdown (``WorkerShutdown``,
-    ``WorkerTerminate``), billiard's ``SystemExit`` once its terminate handler fired, a ``KeyboardInterrupt`` and a
-    ``GeneratorExit``, and a cancellation of the flow's coroutine (the flow's own is a ``FlowCancelledItself``).
-
-    Anything else is the flow's failure (``sys.exit()`` in a node, a library's ``BaseException`` subclass): let
-    through, it would leave its run ``running``. Unlike a local tool's thread (``mcpregistry.local_tools``), the
-    flow's code is not alone: ``check`` and ``emit`` run in the worker's own thread, where a signal arrives, and
-    what they raise goes back through the flow's nodes; a ``KeyboardInterrupt`` may be a person's Ctrl-C there.
-    Celery's time limits are ``Exception`` s (``SoftTimeLimitExceeded`` is in ``MUST_PROPAGATE``)."""
-    if isinstance(exc, WorkerShutdown | WorkerTerminate | KeyboardInterrupt | GeneratorExit | asyncio.CancelledError):
-        return True
-    return isinstance(exc, SystemExit) and _terminate_handler_fired()
 
 
 # The options every flow may be given (``model_params["flow"]``): the server the shipped templates call. A flow

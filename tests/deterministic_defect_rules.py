@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
+import sys
 
 from agents.tools import DeterministicContext, deterministic_tool
 
@@ -58,3 +60,17 @@ def route_by_the_team_found(ctx: DeterministicContext) -> dict | None:
     tool = next(t for t in ctx.mcp_tools if t.name == "search_employee")
     team = "클라우드운영팀" if "클라우드운영팀" in str(tool.invoke({"name": "김하늘"})) else "물류플랫폼팀"
     return {"tool_name": "list_projects", "params": {"team": team}}
+
+
+@deterministic_tool(mcp_id="order-service")
+def route_that_exits(ctx: DeterministicContext) -> dict | None:
+    sys.exit(2)
+
+
+@deterministic_tool(mcp_id="order-service")
+def route_that_parses_its_query(ctx: DeterministicContext) -> dict | None:
+    """argparse on input it refuses calls ``sys.exit(2)``."""
+    parser = argparse.ArgumentParser(prog="orders")
+    parser.add_argument("--order", required=True)
+    parser.parse_args(ctx.query.split())
+    return None

@@ -4,7 +4,11 @@ tool's own text), never the ``ValueError`` that ended its run ``internal``."""
 
 from __future__ import annotations
 
+import pytest
+
 from agents.deterministic import RuleSpec, decide, render_answer
+from agents.models import Agent, DeterministicRule
+from tests.agents.test_deterministic_rules import no_model_was_called, run, seed_agent  # noqa: F401 - a fixture
 
 
 def rule(**fields: object) -> RuleSpec:
@@ -51,3 +55,17 @@ def test_a_circled_digit_in_an_answer_template_reads_as_no_value() -> None:
     # Without its own words for no value, the answer is the tool's own text.
     plain = render_answer("{result.assets.①.model}", query="q", match={}, params={}, value=value)
     assert plain == '{"count": 2, "assets": [{"model": "그램 16"}, {"model": "델 모니터"}]}'
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["route_that_exits", "route_that_parses_its_query"])
+def test_a_code_rule_that_calls_sys_exit_fails_its_run_as_a_rule_error(seed_agent: Agent, name: str) -> None:  # noqa: F811
+    """``SystemExit`` out of a code rule (``sys.exit()``, argparse refusing its input) left the stage and the
+    engine: in a worker's pool process it ended the process, the run redelivered to fail the same way until its
+    deliveries ran out. It is the rule's bug, told as ``deterministic:rule_error`` before the model is asked, as a
+    rule that raises anything else (and as a flow's ``sys.exit()``)."""
+    DeterministicRule.objects.create(agent=seed_agent, name=name, code=f"tests.deterministic_defect_rules.{name}")
+    result = run(seed_agent, "주문 조회")
+    assert (result.status, result.error_code) == ("failed", "deterministic:rule_error")
+    assert "SystemExit" in result.error_message
+    assert no_model_was_called(result)
