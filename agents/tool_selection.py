@@ -8,7 +8,10 @@ matched deterministic rule named are always in it, then the best ``top_k`` by sc
 Two rankers, one protocol (``score(text) -> {name: score}``):
 
 * :class:`LexicalRanker`: BM25 over the tool's name (snake_case and camelCase split), description, argument
-  names, admin-written tags and example queries. Korean has no spaces between a noun and its particle
+  names, admin-written tags and example queries. What a server wrote about its tool counts less than what an admin
+  curated: a description's repeats past the second count for nothing, a tag counts more, and a question that says
+  an admin's example query ranks its tool above the tools only server text matched (a wordy server's text must not
+  take the offer from them). Korean has no spaces between a noun and its particle
   ("자산의", "자산을", "팀을"), so Hangul runs are indexed as syllables and syllable bigrams; a Hangul run written
   against latin letters or digits ("VPN이", "3월매출") is split from them; latin words as lower-cased words. Text
   is NFKC-normalised first: composed (Korean typed on macOS comes decomposed) and width-folded (a Korean IME's
@@ -84,6 +87,15 @@ def tool_selection_settings(raw: Any) -> ToolSelectionSettings:
         raise ValueError(f"{where}: {spec_message(first, ToolSelectionSettings)}") from exc
 
 
+# The most a term of the server's own text (description, argument names) counts however often it is written
+# there: a topic word said twice ("자산 ID로 자산의 상태") still tells, a request word listed over and over does
+# not. An admin's tag counts more than that cap, so it outweighs the same word in any server's text.
+SERVER_TF_CAP = 2
+TAG_WEIGHT = 3
+# How close a question must come to an admin's example query to be taken as saying it (see LexicalRanker).
+EXAMPLE_MATCH = 0.6
+
+
 @dataclass(frozen=True)
 class ToolDoc:
     """What a ranker knows of one tool: the name the model sees (``name``, by which it is scored and offered) and
@@ -97,22 +109,30 @@ class ToolDoc:
     example_queries: tuple[str, ...] = ()
     own_name: str = ""
 
-    def text(self) -> str:
-        """Everything the lexical ranker indexes, the name and tags repeated for weight. The name is the tool's
-        own: an alias (``tool_66dde059`` for ``직원.검색``) carries none of its words."""
-        name_words = split_identifier(self.own_name or self.name)
-        tags = " ".join(self.tags)
-        return " ".join(
-            [
-                name_words,
-                name_words,
-                self.description,
-                " ".join(split_identifier(a) for a in self.argument_names),
-                tags,
-                tags,
-                *list(self.example_queries),
-            ]
-        )
+    def weighted_terms(self) -> tuple[Counter[str], int]:
+        """The index terms of the tool as the lexical ranker weighs them, and the length it normalises by.
+
+        What the platform does not control is capped: a term of the description or of an argument name counts at
+        most :data:`SERVER_TF_CAP` times however often the server wrote it, while the whole text still counts in
+        the length, so a description stuffed with request words ("조회, 검색, 알려줘, 확인 …", over and over)
+        gains nothing by the repeats and its length lowers what each of them scores. An admin's tag counts
+        :data:`TAG_WEIGHT` times; the name's words twice (the tool's own name: an alias, ``tool_66dde059`` for
+        ``직원.검색``, carries none of its words). Example queries count once each here, as written: they hold the
+        request words too ("… 알려줘"), and weighed more would lift their tool for every question that has them;
+        a question that says one is lifted by :class:`LexicalRanker` instead."""
+        name_terms = Counter(tokens(split_identifier(self.own_name or self.name)))
+        server_terms = tokens(" ".join([self.description, *(split_identifier(a) for a in self.argument_names)]))
+        tag_terms = Counter(tokens(" ".join(self.tags)))
+        example_terms = Counter(tokens(" ".join(self.example_queries)))
+        weighted: Counter[str] = Counter(example_terms)
+        for term, tf in name_terms.items():
+            weighted[term] += 2 * tf
+        for term, tf in Counter(server_terms).items():
+            weighted[term] += min(tf, SERVER_TF_CAP)
+        for term, tf in tag_terms.items():
+            weighted[term] += TAG_WEIGHT * tf
+        length = 2 * name_terms.total() + len(server_terms) + TAG_WEIGHT * tag_terms.total() + example_terms.total()
+        return weighted, length
 
 
 _HANGUL = re.compile(r"[\uac00-\ud7a3]+")
@@ -169,8 +189,15 @@ class Ranker(Protocol):
 
 
 class LexicalRanker:
-    """Okapi BM25 (k1=1.2, b=0.75) over :meth:`ToolDoc.text`, with an inverted index so a query costs only
-    its terms' postings."""
+    """Okapi BM25 (k1=1.2, b=0.75) over :meth:`ToolDoc.weighted_terms`, with an inverted index so a query costs
+    only its terms' postings; and a question that says an admin's example query lifts its tool above every tool
+    the servers' text alone matched, however that text was written.
+
+    A question says an example where the idf-weighted Dice coefficient of their term sets is at least
+    :data:`EXAMPLE_MATCH` (1 for the same words; "재택근무 관련 규정 좀 찾아줘" says "재택근무 규정 찾아줘" at
+    0.87, while two questions sharing only request words, "우리 팀 예산 목록 전부 알려줘" and "오늘 내가 할 일
+    목록 좀 알려줘", meet at about 0.4): its tool's score gains the best BM25 score of the question times that
+    coefficient."""
 
     name = "lexical"
 
@@ -178,18 +205,23 @@ class LexicalRanker:
         self.k1, self.b = k1, b
         self.postings: dict[str, list[tuple[str, int]]] = {}
         self.lengths: dict[str, int] = {}
+        self.examples: dict[str, list[frozenset[str]]] = {}
         for doc in docs:
-            counts = Counter(tokens(doc.text()))
-            self.lengths[doc.name] = sum(counts.values())
+            counts, self.lengths[doc.name] = doc.weighted_terms()
             for term, tf in counts.items():
                 self.postings.setdefault(term, []).append((doc.name, tf))
+            examples = [frozenset(tokens(q)) for q in doc.example_queries]
+            if any(examples):
+                self.examples[doc.name] = [e for e in examples if e]
         n = max(len(self.lengths), 1)
         self.average_length = (sum(self.lengths.values()) / n) or 1.0
         self.idf = {t: math.log(1 + (n - len(p) + 0.5) / (len(p) + 0.5)) for t, p in self.postings.items()}
+        self.unseen_idf = math.log(1 + (n + 0.5) / 0.5)  # a query term no tool has: as rare as a term can be
 
     def score(self, text: str) -> dict[str, float]:
+        query = Counter(tokens(text))
         scores: dict[str, float] = {}
-        for term, qtf in Counter(tokens(text)).items():
+        for term, qtf in query.items():
             postings = self.postings.get(term)
             if not postings:
                 continue
@@ -197,7 +229,20 @@ class LexicalRanker:
             for name, tf in postings:
                 norm = self.k1 * (1 - self.b + self.b * self.lengths[name] / self.average_length)
                 scores[name] = scores.get(name, 0.0) + qtf * idf * tf * (self.k1 + 1) / (tf + norm)
+        best = max(scores.values(), default=0.0)
+        terms = frozenset(query)
+        for name, examples in self.examples.items():
+            match = max(self._match(terms, example) for example in examples)
+            if match >= EXAMPLE_MATCH:
+                scores[name] = scores.get(name, 0.0) + best * match
         return scores
+
+    def _match(self, query: frozenset[str], example: frozenset[str]) -> float:
+        """How far ``query`` says ``example`` (term sets): 1 for the same terms, 0 for none shared; a rare term
+        shared counts more than a particle or a request word ("알려줘") shared."""
+        weight = sum(self.idf.get(t, self.unseen_idf) for t in query) + sum(self.idf[t] for t in example)
+        shared = sum(self.idf[t] for t in query & example)
+        return 2 * shared / weight if weight else 0.0
 
 
 @runtime_checkable

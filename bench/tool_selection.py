@@ -9,7 +9,9 @@ and generated servers add tools with realistic Korean and English descriptions (
 sales, logistics, ...) until there are at least 300. Each tool is an ``McpTool`` row, created through the
 audited services. The labelled query set holds the seed's tool questions (seed 001's eval set, with their
 multi-tool labels) and paraphrased questions for generated tools, Korean and English, worded unlike the
-descriptions (at least 100 in all).
+descriptions (at least 100 in all). One generated server is wordy (``WORDY_TOOLS``: descriptions that list the
+common request words over and over, labelled for no query, competing with every other tool), and four questions
+say, word for word or nearly, an example query an admin wrote on a generated tool (``ADMIN_EXAMPLES``).
 
 For each ranker: ``recall_at_5`` / ``recall_at_3`` (share of a query's labelled tools among the first 5 / 3),
 ``mrr`` (reciprocal rank of the first labelled tool), ``selection_ms_p50`` (one ``select_tools`` call: scoring
@@ -119,6 +121,25 @@ SEED_QUESTIONS: list[tuple[str, list[str]]] = [
 ]
 
 
+# A server that writes its tools' descriptions to be offered for every question (text the platform does not
+# control): the common request words, Korean and English, over and over. Its tools are labelled for no query.
+WORDY_SERVER = "gen-wordy-hub"
+WORDY_WORDS = (
+    "무엇이든 조회, 검색, 확인해서 알려줘, 정보, 현황, 목록 좀 보여줘, 자세히, 오늘, 이번 달, 내, 우리 팀, 찾아줘, "
+    "관련, 할 일, 일정, 규정. Look up, find, search, show, list, get details, what's on my today, anything."
+)
+WORDY_TOOLS = ["ask_anything", "find_everything", "lookup_info", "quick_search", "smart_answer"]
+
+# Questions an admin wrote on a tool's page (example queries, through the audited service) and the labelled query
+# that says them: word for word, or nearly. Each is made of common words the wordy server's text lists too.
+ADMIN_EXAMPLES: list[tuple[str, str, str]] = [
+    ("list_task", "오늘 내가 할 일 목록 좀 알려줘", "오늘 내가 할 일 목록 좀 알려줘"),
+    ("get_attendance_record", "이번 달 내 근태 현황 확인해서 알려줘", "이번 달 내 근태 현황 확인해서 알려줘"),
+    ("list_calendar_event", "what's on my schedule today?", "what's on my schedule today?"),
+    ("search_policy_document", "재택근무 규정 찾아줘", "재택근무 관련 규정 좀 찾아줘"),
+]
+
+
 def slug(text: str) -> str:
     return text.replace(" ", "_")
 
@@ -142,6 +163,15 @@ def generated_tools() -> list[dict[str, Any]]:
                     },
                 }
             )
+    for name in WORDY_TOOLS:
+        tools.append(
+            {
+                "server": WORDY_SERVER,
+                "name": name,
+                "description": f"{name.replace('_', ' ')}: " + " ".join([WORDY_WORDS] * 3),
+                "input_schema": {"type": "object", "properties": {"question": {"type": "string"}}},
+            }
+        )
     return tools
 
 
@@ -153,6 +183,7 @@ def labelled_queries() -> list[tuple[str, list[str]]]:
             verb, ko_pattern, en_pattern = PHRASES[j]
             text = (ko_pattern if language == "ko" else en_pattern).format(ko=ko, en=en, n=100 + i, kw="긴급")
             queries.append((text, [f"{verb}_{slug(en)}"]))
+    queries += [(query, [tool]) for tool, _example, query in ADMIN_EXAMPLES]
     return queries
 
 
@@ -171,8 +202,8 @@ def build_registry(progress: Any, everything: Any) -> list[str]:
     """Bind and discover the real servers, add the generated ones; returns the servers' ids."""
     from django.core.management import call_command
 
-    from mcpregistry.models import McpServer
-    from mcpregistry.services import mcp_server_create, mcp_server_discover, mcp_tool_create
+    from mcpregistry.models import McpServer, McpTool
+    from mcpregistry.services import mcp_server_create, mcp_server_discover, mcp_tool_create, mcp_tool_update
 
     call_command("seed_demo", "--no-discover", stdout=io.StringIO())
     demo = McpServer.objects.get(mcp_id="sds-company-data")
@@ -218,6 +249,9 @@ def build_registry(progress: Any, everything: Any) -> list[str]:
             via="bench",
             data={"description": spec["description"], "input_schema": spec["input_schema"]},
         )
+    for tool_name, example, _query in ADMIN_EXAMPLES:
+        tool = McpTool.objects.get(server__mcp_id__startswith="gen-", name=tool_name)
+        mcp_tool_update(tool=tool, actor="bench", via="bench", data={"example_queries": [example]})
     progress(f"registry: {len(ids)} servers")
     return ids
 
