@@ -445,15 +445,21 @@ class RulesLeftMixin:
     """A tool's or server's deletion, confirmed on its own page or by the list's bulk action, names above Django's
     confirmation the enabled rules it leaves failing (``rules_left``, as ``tool_rules_check`` answers): a rule is
     not deleted with what it calls, and without a word its runs failed (``deterministic:tool_unknown``) while the
-    rule still read enabled. The pages are this app's ``admin/mcpregistry/delete_confirmation.html`` and
+    rule still read enabled; and the contracts that stay and name a deleted tool as their fallback
+    (``contracts_left``). The pages are this app's ``admin/mcpregistry/delete_confirmation.html`` and
     ``delete_selected_confirmation.html``, which Django's admin looks up for each model of the app by itself."""
 
     def rules_left(self, objs: Iterable[Any]) -> list[str]:
         """The texts naming the enabled rules that deleting ``objs`` leaves failing."""
         raise NotImplementedError
 
+    def contracts_left(self, objs: Iterable[Any]) -> list[str]:
+        """The texts naming the contracts that stay and name one of ``objs`` as their fallback (none by default)."""
+        return []
+
     def render_delete_form(self, request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
         context["rules_left"] = self.rules_left([context["object"]])
+        context["contracts_left"] = self.contracts_left([context["object"]])
         return super().render_delete_form(request, context)  # type: ignore[misc, no-any-return]
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
@@ -466,6 +472,7 @@ class RulesLeftMixin:
             response = delete(modeladmin, request, queryset)
             if isinstance(response, TemplateResponse) and response.context_data is not None:  # the confirmation
                 response.context_data["rules_left"] = self.rules_left(queryset)
+                response.context_data["contracts_left"] = self.contracts_left(queryset)
             return response
 
         actions["delete_selected"] = (delete_naming_rules, name, description)
@@ -482,6 +489,18 @@ DISCOVERY_WAIT_MIN_S = 30.0
 # page): a form field per tool made a server of a few hundred tools unsavable (Django's limit on a request's fields,
 # DATA_UPLOAD_MAX_NUMBER_FIELDS, answered 400). Past this many, the rest are in the filtered tool list.
 SERVER_PAGE_TOOLS_SHOWN = 100
+
+
+# The server page's tool table shows this much of each tool's description.
+SERVER_PAGE_DESCRIPTION_CHARS = 160
+
+
+def description_start(description: str) -> str:
+    """The start of a tool's description as the server page's tool table shows it: cut where a reader sees a
+    boundary (``grapheme_cut``; a description listed decomposed, ``ᄒ+ᅡ+ᆫ``, cut by code points ended in
+    another syllable than the server wrote), "…" where it goes on, hidden characters written out."""
+    shown = grapheme_cut(description, SERVER_PAGE_DESCRIPTION_CHARS)
+    return visible_text(shown) + ("…" if len(shown) < len(nfc(description)) else "")
 
 
 def server_tools_table(server: McpServer) -> str:
@@ -506,7 +525,7 @@ def server_tools_table(server: McpServer) -> str:
             reverse("admin:mcpregistry_mcptool_change", args=[tool.pk]),
             tool.name,
             state(tool),
-            visible_text(tool.description[:160]) + ("…" if len(tool.description) > 160 else ""),
+            description_start(tool.description),
         )
         for tool in tools[:SERVER_PAGE_TOOLS_SHOWN]
     )
@@ -612,6 +631,12 @@ class McpServerAdmin(RulesLeftMixin, ServiceAdminMixin, admin.ModelAdmin):
         if server is not None:  # what the Discover tools button says it waits at most (as ``mcp_server_discover``)
             context["discovery_wait_s"] = f"{max(server.timeout_s, DISCOVERY_WAIT_MIN_S):g}"
         return super().render_change_form(request, context, *args, **kwargs)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: McpServer | None = None) -> Any:
+        """A bound server's MCP id is shown, not edited: what names the server elsewhere names it by its id
+        (``mcp_server_update`` refuses a change)."""
+        fields = list(super().get_readonly_fields(request, obj))
+        return [*fields, "mcp_id"] if obj is not None else fields
 
     def get_fieldsets(self, request: HttpRequest, obj: McpServer | None = None) -> Any:
         fieldsets = list(super().get_fieldsets(request, obj))
@@ -1014,6 +1039,36 @@ class McpToolAdmin(RulesLeftMixin, ServiceAdminMixin, admin.ModelAdmin):
             text
             for server_id, names in by_server.items()
             for text in rules_left_failing(server_id=server_id, tool_names=names, deleting=True)
+        ]
+
+    def contracts_left(self, objs: Iterable[McpTool]) -> list[str]:
+        """The contracts of the tools that stay whose fallback is one of ``objs``: the fallback is gone with it, and
+        the staying tool's page is refused every save (its contract's fallback is no tool of the server) until its
+        contract names another, or a discovery lists the deleted tool again."""
+        deleted: dict[Any, set[str]] = {}
+        deleted_ids = set()
+        for tool in objs:
+            deleted.setdefault(tool.server_id, set()).add(tool.name)
+            deleted_ids.add(tool.pk)
+        query = Q(pk__in=[])
+        for server_id, names in deleted.items():
+            query |= Q(tool__server_id=server_id, fallback_tool__in=sorted(names))
+        staying = ToolContract.objects.filter(query).exclude(tool_id__in=deleted_ids).select_related("tool__server")
+        return [
+            format_html(
+                gettext(
+                    "The contract of {tool} names {fallback} as its fallback tool: once {fallback} is deleted, the "
+                    "fallback is gone, and the page of {tool} refuses every save until its contract names another "
+                    "fallback (or a discovery lists {fallback} again)."
+                ),
+                tool=format_html(
+                    '<a href="{}">{}</a>',
+                    reverse("admin:mcpregistry_mcptool_change", args=[contract.tool.pk]),
+                    contract.tool,
+                ),
+                fallback=contract.fallback_tool,
+            )
+            for contract in staying.order_by("tool__server__mcp_id", "tool__name")
         ]
 
     def service_delete(self, *, obj: McpTool, actor: Any) -> None:

@@ -68,8 +68,27 @@ def mcp_server_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> McpSe
 
 def mcp_server_update(*, server: McpServer, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> McpServer:
     """Change a binding (``server`` may already carry the changes, as an admin form's instance does). A secret
-    shows in the audit as ``set``/``changed``/``cleared`` per name, never as a value."""
+    shows in the audit as ``set``/``changed``/``cleared`` per name, never as a value.
+
+    Raises ValidationError (``mcp_id``, nothing written) for a change of the server's id: published agent
+    versions, code rules, agents' context and flow options, configuration documents and the audit name the server
+    by it, so a renamed server was lost to all of them (every run of a live version failed
+    ``mcp:not_loaded:<old id>``, the save said nothing). A server under another id is bound anew."""
+    stored_id = McpServer.objects.filter(pk=server.pk).values_list("mcp_id", flat=True).first()
+    asked_id = (data or {}).get("mcp_id", server.mcp_id)
+    if stored_id is not None and asked_id != stored_id:
+        raise ValidationError({"mcp_id": [mcp_id_fixed_text()]})
     return audited_save(server, actor=actor, via=via, data=data)
+
+
+def mcp_id_fixed_text() -> str:
+    """Why a bound server's MCP id cannot change (``mcp_server_update``; the server's page shows the id read-only)."""
+    return str(
+        _(
+            "A bound server's MCP id cannot be changed: published agent versions, code rules, configuration "
+            "documents and the audit name the server by it. Bind a new server under the new id instead."
+        )
+    )
 
 
 def mcp_server_delete(*, server: McpServer, actor: Any, via: str) -> None:
