@@ -404,8 +404,25 @@ class ToolCallSerializer(serializers.Serializer):
     latency_ms = serializers.FloatField(allow_null=True)
 
 
+class MaskedAsServed(serializers.BaseSerializer):  # type: ignore[type-arg]
+    """A run, or an approval (a decision's answer, or one of its run's), served masked again with the credentials
+    bound now (``shown_secrets``, read once per answer, a list's runs alike): the run's records were masked with
+    those known when they were written, and a value bound as a secret since (a token the caller typed, then given
+    to a server) was in none of them."""
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if _SHOWN_SECRETS not in self.context:
+            self.context[_SHOWN_SECRETS] = shown_secrets()
+        shown: dict[str, Any] = mask_known(data, secrets=self.context[_SHOWN_SECRETS])
+        return shown
+
+
+_SHOWN_SECRETS = "shown_secrets"  # the serializer context's key of the secrets a run is masked with
+
+
 @extend_schema_serializer(component_name="Approval")
-class ApprovalOutputSerializer(serializers.ModelSerializer):
+class ApprovalOutputSerializer(MaskedAsServed, serializers.ModelSerializer):
     """A write call that waits (or waited) for a person's decision before it runs. Its `reason` is for programs:
     the platform's own reasons (a cancelled run, a call the run did not make) in stable English, the same in every
     language; `reason_text` is for people: the same reason in the caller's language. One that waits past its
@@ -553,22 +570,6 @@ class TokenUsageField(serializers.JSONField):
     """The run's ``token_usage`` as stored (the schema names their keys)."""
 
 
-class MaskedAsServed(serializers.BaseSerializer):  # type: ignore[type-arg]
-    """A run served masked again with the credentials bound now (``shown_secrets``, read once per answer, a list's
-    runs alike): the run's records were masked with those known when they were written, and a value bound as a
-    secret since (a token the caller typed, then given to a server) was in none of them."""
-
-    def to_representation(self, instance: Any) -> dict[str, Any]:
-        data = super().to_representation(instance)
-        if _SHOWN_SECRETS not in self.context:
-            self.context[_SHOWN_SECRETS] = shown_secrets()
-        shown: dict[str, Any] = mask_known(data, secrets=self.context[_SHOWN_SECRETS])
-        return shown
-
-
-_SHOWN_SECRETS = "shown_secrets"  # the serializer context's key of the secrets a run is masked with
-
-
 @extend_schema_serializer(component_name="Run")
 class RunOutputSerializer(MaskedAsServed, BuiltOnceFields, serializers.ModelSerializer):
     """A run: its input, its status and outcome, what it did (deterministic results, tool calls, approvals) and
@@ -652,7 +653,8 @@ class RunOutputSerializer(MaskedAsServed, BuiltOnceFields, serializers.ModelSeri
     def get_approvals(self, run: Run) -> list[dict[str, Any]]:
         if _never_started(run):
             return []
-        return [ApprovalOutputSerializer(a).data for a in run_approvals(run=run)]
+        # The answer's context: its secrets, read once for the run, mask each approval (``MaskedAsServed``).
+        return [ApprovalOutputSerializer(a, context=self.context).data for a in run_approvals(run=run)]
 
 
 def _never_started(run: Run) -> bool:

@@ -379,10 +379,14 @@ def _run_waited(*, run: Run, api_key: ApiKey, wait_s: float) -> Run:
 
 
 def _idempotency_key(request: Request) -> str:
+    """The request's ``Idempotency-Key`` as sent, less the spaces and tabs HTTP allows around a header's value;
+    anything else outside printable ASCII is refused, not stripped: Python's ``strip`` also took a no-break space or
+    a NEL (bytes 0xA0 and 0x85 of the header) off its ends, so a key with one of them replayed the run of the key
+    without it, and a client's two keys made one run."""
     raw = request.headers.get("Idempotency-Key")
     if raw is None:
         return ""
-    key = raw.strip()
+    key = raw.strip(" \t")
     if not key or len(key) > IDEMPOTENCY_KEY_MAX_CHARS or not all(33 <= ord(c) <= 126 for c in key):
         raise ApplicationError(
             _("'Idempotency-Key' must be 1 to %(max)d printable ASCII characters without spaces.")
