@@ -281,7 +281,7 @@ def keyword_text(text: str) -> str:
     full-width ``ＶＰＮ`` is ``VPN``, a no-break or ideographic space is a space), case-folded, and each run of
     whitespace one space. A query pasted from a web page or typed with a full-width input method says the same
     words as the keyword written in the rule. A rule's regex reads the query composed (``nfc``) and, where that
-    finds nothing, compatibility-composed (``regex_search``), never case-folded: its author says in the pattern
+    finds nothing, width-folded (``regex_search``), never case-folded: its author says in the pattern
     whether case matters."""
     # Normalised again after the case fold, which can undo a composition (``ǰ`` folds to ``j`` and a combining caron).
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())

@@ -557,8 +557,9 @@ def _decide(
         return step
     try:
         json.dumps(params, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        # A date, a set, NaN: no tool can be sent it (nor can the run record it). The rule's bug, as a value.
+    except (TypeError, ValueError, RecursionError) as exc:
+        # A date, a set, NaN, lists nested past what JSON writes: no tool can be sent it (nor can the run record
+        # it). The rule's bug, as a value (a RecursionError ended the run ``internal``).
         step.failure = _rule_error(f"{rule.name} returned params that are not JSON ({exc})")
         return step
     if not all(isinstance(name, str) for name in params):

@@ -25,7 +25,7 @@ from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from agent_platform.text import grapheme_cut, plain_text
+from agent_platform.text import grapheme_cut, nfc, plain_text
 from audit.change_guard import policy_of
 from audit.changes import (
     CONFIG_ACTION_PREFIX,
@@ -707,10 +707,12 @@ def tool_name_problem(name: Any) -> str:
 
 
 def _shown_name(name: Any) -> str:
-    """A listed name as a report may show it: control characters escaped, at most 60 characters."""
+    """A listed name as a report may show it: control characters escaped, at most 60 characters, cut where a
+    reader sees a boundary (``grapheme_cut``: a Korean name listed decomposed ended in another syllable)."""
     text = name if isinstance(name, str) else repr(name)
-    shown = "".join(c if unicodedata.category(c) not in ("Cc", "Cs") else ascii(c)[1:-1] for c in text[:60])
-    return shown + ("…" if len(text) > 60 else "")
+    cut = grapheme_cut(text, 60)
+    shown = "".join(c if unicodedata.category(c) not in ("Cc", "Cs") else ascii(c)[1:-1] for c in cut)
+    return shown + ("…" if len(cut) < len(nfc(text)) else "")
 
 
 def _storable(value: Any) -> Any:

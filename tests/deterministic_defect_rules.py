@@ -74,3 +74,11 @@ def route_that_parses_its_query(ctx: DeterministicContext) -> dict | None:
     parser.add_argument("--order", required=True)
     parser.parse_args(ctx.query.split())
     return None
+
+
+@deterministic_tool(mcp_id="order-service")
+def route_with_params_nested_too_deep(ctx: DeterministicContext) -> dict | None:
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    return {"tool_name": "get_order", "params": {"orderId": deep}}

@@ -69,3 +69,13 @@ def test_a_code_rule_that_calls_sys_exit_fails_its_run_as_a_rule_error(seed_agen
     assert (result.status, result.error_code) == ("failed", "deterministic:rule_error")
     assert "SystemExit" in result.error_message
     assert no_model_was_called(result)
+
+
+@pytest.mark.django_db
+def test_a_code_rules_params_nested_past_what_json_writes_are_a_rule_error(seed_agent: Agent) -> None:  # noqa: F811
+    """A ``RecursionError`` out of the params' JSON check ended the run ``internal``."""
+    name = "route_with_params_nested_too_deep"
+    DeterministicRule.objects.create(agent=seed_agent, name=name, code=f"tests.deterministic_defect_rules.{name}")
+    result = run(seed_agent, "주문 조회")
+    assert (result.status, result.error_code) == ("failed", "deterministic:rule_error")
+    assert no_model_was_called(result)

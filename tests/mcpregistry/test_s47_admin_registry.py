@@ -186,3 +186,16 @@ def test_the_server_pages_tool_table_cuts_a_decomposed_description_between_sylla
     # Cut at 160 code points, it ended "…직무를 찾습니" + a lone ᄃ, and said it went on.
     assert shown["search_employee"] == composed
     assert shown["long"] == "한" * 160 + "…"
+
+
+def test_a_discovery_reports_long_decomposed_name_is_cut_between_syllables() -> None:
+    """A listed name past 60 characters is cut where a reader sees a boundary: cut by code points, a Korean name
+    listed decomposed ended in another syllable than the server wrote (``기`` for ``김``)."""
+    import unicodedata
+
+    from mcpregistry.services import _shown_name
+
+    name = "가" * 59 + "김하늘"
+    shown = _shown_name(unicodedata.normalize("NFD", name))
+    assert shown == "가" * 59 + "김…"
+    assert _shown_name("짧은\x1b이름") == "짧은\\x1b이름"
