@@ -50,7 +50,7 @@ from rest_framework.fields import DateTimeField
 
 import agent_platform.telemetry as telemetry
 from agent_platform.errors import ApplicationError
-from agents.api.a2a_server import description_secrets, prompt_summary, run_stopped
+from agents.api.a2a_server import description_secrets, prompt_summary, task_stopped
 from agents.api.config import api_setting
 from agents.api.protocol_http import (
     KeyRecheck,
@@ -390,7 +390,10 @@ class CallFeed:
         run = Run.objects.select_related("agent").get(pk=self.run_id)
         if run.status == Run.Status.CANCELLED and run.error_message == self.cancelled_by_notice:
             return [], "done"  # the client cancelled this request: it is not answered
-        ended = run_stopped(run)  # before the events: a run cancelled while it ran records its call, then its end
+        # Before the events: a run cancelled while it ran records its call, then its end. A run parked on approvals
+        # all past their expiry waits for the reconciler, not for anyone (``task_stopped``): the call follows it on,
+        # where it ended "waiting for approval" with none to decide.
+        ended = task_stopped(run)
         chunks: list[str] = []
         events = run_events_after(run_id=run.pk, after=self.last_seq, limit=EVENTS_READ)
         for event in events:

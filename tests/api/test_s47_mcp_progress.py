@@ -74,3 +74,31 @@ def test_a_call_whose_client_left_before_its_first_chunk_cancels_its_run_and_fre
     slot = stream_slot_acquire(api_caller.key, lease_s=60)
     assert slot is not None
     stream_slot_release(slot)
+
+
+def test_a_call_whose_runs_approvals_all_lapsed_goes_on_rather_than_end_waiting_for_none(
+    api_caller: ApiCaller, quiet: Agent
+) -> None:
+    """A run parked on approvals all past their expiry (the reconciler has not expired them yet) asks nobody for
+    anything: the call goes on with it (as A2A's task reads working), where it ended "waiting for approval" with no
+    approval to decide. One with an approval still to decide ends so."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents.models import Approval
+
+    run = Run.objects.create(agent=quiet, api_key=api_caller.key, query="q", status=Run.Status.AWAITING_APPROVAL)
+    approval = Approval.objects.create(
+        run=run,
+        mcp_id="demo",
+        tool="append_note",
+        args={"text": "회의록"},
+        call_hash="b" * 64,
+        expires_at=timezone.now() - timedelta(minutes=1),
+    )
+    assert CallFeed(run=run, rpc_id="c1", progress_token=None).poll()[1] == "wait"
+    Approval.objects.filter(pk=approval.pk).update(expires_at=timezone.now() + timedelta(hours=1))
+    chunks, state = CallFeed(run=run, rpc_id="c1", progress_token=None).poll()
+    assert state == "done"
+    assert "append_note" in chunks[-1]
