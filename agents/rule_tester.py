@@ -128,16 +128,20 @@ class RuleTesterForm(forms.Form):
     context = _json_field(
         _("A2A context (KEY=value lines, as in the rule editor, or a JSON object)"),
         _(
-            "Each value of a KEY=value line is text, as callers send context values (empno=1234 is the text 1234), "
-            "unless written as quoted JSON text, an object or a list; for a number, a boolean or null, write the "
-            "field as a JSON object."
+            "A KEY=value line reads as in the rule editor: vip=true is the boolean (true, false, null), quoted "
+            "JSON text, an object or a list is that. A number stays text, as callers send ids (empno=1234 is the "
+            "text 1234, which a rule's empno=1234 meets too); for a number, write the field as a JSON object."
         ),
     )
     a2a_data = _json_field(
         _(
             "A2A data parts (PATH=value lines as in the rule editor, a blank line between parts, a JSON object, or "
             "a JSON list of objects)"
-        )
+        ),
+        _(
+            'An entry that is not a JSON object (7, a list, text) is kept as {"value": …}, as the API keeps a data '
+            "part's."
+        ),
     )
     a2a_files = _json_field(
         _("A2A files (what a code rule reads as ctx.a2a_files)"),
@@ -207,8 +211,10 @@ class RuleTesterForm(forms.Form):
         if not isinstance(value, expected):
             self.add_error(name, _("Expected a JSON %(kind)s.") % {"kind": expected.__name__})
             return expected()
+        if name == "a2a_data" and isinstance(value, list):
+            return [entry_as_run_keeps_it(entry) for entry in value]
         if isinstance(value, list):
-            # Each part an object, as the API takes a data part or a file (a run never holds ``[1]``).
+            # Each file an object, as the API takes a file (a run never holds ``[1]``).
             others = [str(n) for n, part in enumerate(value, start=1) if not isinstance(part, dict)]
             if others:
                 self.add_error(
@@ -242,15 +248,14 @@ class RuleTesterForm(forms.Form):
         return query
 
     def _key_value_lines(self, name: str, raw: str) -> dict[str, Any]:
-        """``KEY=value`` lines, each value text as typed, as callers send a context's values (``empno=1234`` is
-        ``"1234"``, which a rule's ``empno=1234`` meets too: ``condition_value_matches``); a value written as a JSON
-        object, list or quoted text is that. A number, a boolean or null is written in the field's JSON object."""
+        """``KEY=value`` lines, each value read by ``context_line_value``; a line without ``=`` or a key given twice
+        is told at the field, naming the line."""
         try:
             pairs = text_pairs(list(enumerate(raw.splitlines(), start=1)))
         except ValueError as exc:
             self.add_error(name, str(exc))
             return {}
-        return {key: _text_or_json(value) for key, value in pairs.items()}
+        return {key: context_line_value(value) for key, value in pairs.items()}
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -329,10 +334,22 @@ def file_parts_from_text(text: str) -> list[dict[str, Any]]:
     return [text_pairs(block) for block in line_blocks(text)]
 
 
-def _text_or_json(text: str) -> Any:
-    """A context line's value: a JSON object, list or quoted text as that, anything else as the text typed."""
+def context_line_value(text: str) -> Any:
+    """A context line's value as the rule editor reads a context condition's (``typed_value``), but a number as
+    the text typed. ``vip=true`` is the boolean: a run whose caller sends JSON ``true`` meets the editor's
+    ``vip=true``, and a boolean meets only a boolean, so read as the text "true" the trial skipped the rule a run
+    matched (``"true"``, quoted, is the text). A number stays text, as callers send ids: a condition's number meets
+    its text as it meets the number (``condition_value_matches``), and a parameter ``{context.empno}`` renders
+    ``"1234"``, the text a caller's run sends the tool, not a number its contract may refuse."""
     value = typed_value(text)
-    return value if isinstance(value, dict | list | str) else text
+    return text if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+def entry_as_run_keeps_it(entry: Any) -> dict[str, Any]:
+    """An A2A data entry as the API keeps a data part's ``data`` (``DataPartField``, the A2A endpoint's
+    ``_rest_part``): an object as itself, any other JSON value as ``{"value": ...}``, which rules and tools read
+    as an object. Refused here, the trial could not be given what a run is."""
+    return entry if isinstance(entry, dict) else {"value": entry}
 
 
 def text_pairs(lines: list[tuple[int, str]]) -> dict[str, Any]:

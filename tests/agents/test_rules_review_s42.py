@@ -6,7 +6,7 @@
   as a failed call;
 - a code rule that changes its input changes neither what the rules after it read nor the run's input;
 - an answer template with a long run of ``|`` is checked in linear time;
-- the tester's context lines are text, as callers send them;
+- the tester's context lines give numbers as text, as callers send them (true, false and null as the rule editor reads them);
 - the disabled rules a run would evaluate are listed, global ones too;
 - keywords typed with a full-width comma are several keywords."""
 
@@ -138,14 +138,16 @@ def test_an_answer_template_with_a_long_run_of_bars_is_checked_in_linear_time() 
 
 
 @pytest.mark.django_db
-def test_the_testers_context_lines_are_text_as_callers_send_them(demo_agent, demo_server) -> None:
+def test_the_testers_context_lines_give_numbers_as_text_as_callers_send_them(demo_agent, demo_server) -> None:
+    """Numbers are text, as callers send ids; ``true``/``false``/``null`` are read as the rule editor reads them
+    (s47: a boolean condition written in the editor as ``vip=true`` meets a run's JSON ``true``, never text)."""
     lines = 'empno=1234\n\nvip=true\nnone=null\nname="2024"\nuser={"id": 7}'
     form = RuleTesterForm({"agent": demo_agent.pk, "query": "사번 조회", "context": lines})
     assert form.is_valid(), form.errors
     assert form.cleaned_data["context"] == {
         "empno": "1234",
-        "vip": "true",
-        "none": "null",
+        "vip": True,
+        "none": None,
         "name": "2024",
         "user": {"id": 7},
     }
