@@ -48,12 +48,12 @@ def run_query(*arguments: str) -> None:
 @pytest.mark.parametrize(
     ("context", "problem"),
     [
-        ('{"score": NaN}', "NaN is not a JSON number."),
-        ('{"score": Infinity}', "Infinity is not a JSON number."),
-        ('{"score": -Infinity}', "-Infinity is not a JSON number."),
-        ('{"score": 1e999}', "The number 1e999 is too large."),
-        ('{"id": 99999999999999999999}', "The integer 99999999999999999999 is out of range."),
-        ('{"name": "김\\u0000하늘"}', "Text may not contain NUL characters."),
+        ('{"score": NaN}', "score: NaN is not a JSON number."),
+        ('{"score": Infinity}', "score: Infinity is not a JSON number."),
+        ('{"score": -Infinity}', "score: -Infinity is not a JSON number."),
+        ('{"score": 1e999}', "score: The number 1e999 is too large."),
+        ('{"id": 99999999999999999999}', "id: The integer 99999999999999999999 is out of range."),
+        ('{"name": "김\\u0000하늘"}', "name: Text may not contain NUL characters."),
     ],
 )
 def test_run_query_refuses_a_context_the_api_refuses_and_queues_nothing(context: str, problem: str) -> None:
@@ -68,7 +68,7 @@ def test_run_query_says_why_its_context_is_refused_in_the_platforms_language() -
     make_agent(slug="cli-context", servers=[], with_demo_rules=False)
     with translation.override("ko"), pytest.raises(CommandError) as refused:
         run_query("cli-context", "안녕", "--context", '{"score": NaN}', "--timeout", "0")
-    assert str(refused.value) == "--context가 JSON이 아님: NaN은(는) JSON 숫자가 아닙니다."
+    assert str(refused.value) == "--context가 JSON이 아님: score: NaN은(는) JSON 숫자가 아닙니다."
 
 
 def test_run_query_refuses_a_context_nested_deeper_than_the_api_takes() -> None:

@@ -94,8 +94,17 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return error_response("invalid_input", _("The request is not valid."), status.HTTP_400_BAD_REQUEST, fields)
     code = next((c for cls, c in _CODES.items() if isinstance(exc, cls)), "error")
     detail = getattr(exc, "detail", str(exc))
+    if isinstance(exc, exceptions.UnsupportedMediaType) and not _content_type(context):
+        # DRF's words for a request with no Content-Type, 'Unsupported media type "" in request.', do not say what
+        # to send.
+        detail = _("The request has no Content-Type: send Content-Type: application/json.")
     headers = {k: v for k, v in response.items() if k in {"WWW-Authenticate", "Retry-After", "Allow"}}
     return error_response(code, str(detail), response.status_code, headers=headers)
+
+
+def _content_type(context: dict[str, Any]) -> str:
+    request = context.get("request")
+    return str(getattr(request, "content_type", "") or "").strip()
 
 
 def too_many_fields_message() -> str:

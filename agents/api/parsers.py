@@ -18,6 +18,9 @@
 - text that is not UTF-8 (RFC 8259 JSON is UTF-8); a ``charset`` other than UTF-8, one Python does not know
   included (Django drops those, and the body was read as UTF-8), is a ``415 unsupported_media_type``, as the A2A
   and MCP endpoints answer it.
+
+A refused number, text or repeated key is placed: the message starts with its path in the body
+(``context.userId: Text may not contain NUL characters.``), and the REST answer's ``fields`` names the path too.
 """
 
 from __future__ import annotations
@@ -50,8 +53,34 @@ _DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 SHOWN_MAX_CHARS = 100
 
 
-class _Refused(ValueError):
-    """A value the parser hooks refuse; its message is for the caller."""
+class _Unstorable:
+    """A number no database holds, left by a parse hook where the number was: the hooks are not told where they
+    are in the document, the walk after parsing is (:func:`_first_unstorable`), so that it can name the place."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
+class _KeyGivenTwice(dict[str, Any]):
+    """An object that gives ``key`` twice, left in place for the walk after parsing to name where it is (as
+    :class:`_Unstorable`); it never leaves this module."""
+
+    def __init__(self, pairs: list[tuple[str, Any]], key: str) -> None:
+        super().__init__(pairs)
+        self.key = key
+
+
+class UnstorableJSON(ParseError):
+    """JSON that parses but holds a value no database stores (or an object giving a key twice), saying where:
+    ``path`` (``context.userId``, ``a2a_data[0].rows[3]``; "" for the body itself) and ``problem``. Its detail is
+    both, ``path: problem``: in a large body a problem not placed could not be found."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}" if path else problem)
+        self.path = path
+        self.problem = problem
 
 
 class TooManyJSONValues(ParseError):
@@ -99,9 +128,9 @@ def json_depth(text: str) -> int:
 
 
 def _object_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's members as a dict; raises ``_Refused`` naming the first key given twice, keys compared
-    composed (NFC): what a run stores is composed, so "부서" typed composed and decomposed became one key, the
-    last value silently winning."""
+    """A JSON object's members as a dict, or a :class:`_KeyGivenTwice` naming the first key given twice, keys
+    compared composed (NFC): what a run stores is composed, so "부서" typed composed and decomposed became one key,
+    the last value silently winning."""
     found = dict(pairs)
     if len(found) != len(pairs) or (
         not all(key.isascii() for key in found) and len({nfc(k) for k in found}) != len(found)
@@ -109,50 +138,93 @@ def _object_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _value in pairs:
             if nfc(key) in seen:
-                raise _Refused(
-                    _('The key "%(key)s" is given twice in one object.') % {"key": shown_text(mask_text(key))}
-                )
+                return _KeyGivenTwice(pairs, key)
             seen.add(nfc(key))
     return found
 
 
 def _refuse_constant(name: str) -> Any:
-    raise _Refused(_("%(name)s is not a JSON number.") % {"name": name})
+    return _Unstorable(_("%(name)s is not a JSON number.") % {"name": name})
 
 
-def _finite_float(text: str) -> float:
+def _finite_float(text: str) -> float | _Unstorable:
     value = float(text)
     if not math.isfinite(value):
-        raise _Refused(_("The number %(number).40s is too large.") % {"number": text})
+        return _Unstorable(_("The number %(number).40s is too large.") % {"number": text})
     return value
 
 
-def _bounded_int(text: str) -> int:
+def _bounded_int(text: str) -> int | _Unstorable:
     if len(text) > 20:
-        raise _Refused(_("The integer %(number).40s… is out of range.") % {"number": text})
+        return _Unstorable(_("The integer %(number).40s… is out of range.") % {"number": text})
     value = int(text)
     if not INT_MIN <= value <= INT_MAX:
-        raise _Refused(_("The integer %(number)s is out of range.") % {"number": text})
+        return _Unstorable(_("The integer %(number)s is out of range.") % {"number": text})
     return value
 
 
-def _refuse_unstorable_text(value: Any) -> None:
-    """Walk the parsed value (iteratively; its depth is already bounded) for text no database stores."""
-    pending = [value]
+def _text_problem(text: str) -> str:
+    """Why no database stores ``text`` (PostgreSQL refuses a NUL; no UTF-8 encoder takes a lone surrogate), or ""."""
+    if "\x00" in text:
+        return _("Text may not contain NUL characters.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _("Text may not contain unpaired surrogates (\\ud800–\\udfff).")
+    return ""
+
+
+# Where a value is: None for the body itself, else (where its parent is, its key or index).
+_Where = tuple[Any, "str | int"] | None
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _path_text(where: _Where) -> str:
+    """``where`` as a caller writes it: ``context.userId``, ``a2a_data[0].rows[3]``, ``context["a-b"]``; a key
+    that is no identifier quoted as JSON writes it (a NUL as ``\\u0000``), masked, and cut as :func:`shown_text`
+    cuts it (a key may be anything the caller sent)."""
+    segments: list[str | int] = []
+    while where is not None:
+        where, segment = where
+        segments.append(segment)
+    path = ""
+    for segment in reversed(segments):
+        if isinstance(segment, int):
+            path += f"[{segment}]"
+            continue
+        escaped = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(segment, ensure_ascii=False))
+        shown = shown_text(mask_text(escaped[1:-1]))
+        if shown == segment and segment.isidentifier():
+            path += f".{segment}" if path else segment
+        else:
+            path += f'["{shown}"]'
+    return path
+
+
+def _first_unstorable(value: Any) -> UnstorableJSON | None:
+    """The first problem in ``value`` in the order of the document (a number a hook left, text no database stores,
+    an object giving a key twice), placed; None if there is none. Iterative: the depth is already bounded, but a
+    walk that recursed would still be a walk of Python frames per level."""
+    pending: list[tuple[Any, _Where]] = [(value, None)]
     while pending:
-        item = pending.pop()
-        if isinstance(item, Mapping):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
+        item, where = pending.pop()
+        problem = ""
+        if isinstance(item, _Unstorable):
+            problem = item.problem
         elif isinstance(item, str):
-            if "\x00" in item:
-                raise _Refused(_("Text may not contain NUL characters."))
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise _Refused(_("Text may not contain unpaired surrogates (\\ud800–\\udfff).")) from None
+            problem = _text_problem(item)
+        elif isinstance(item, _KeyGivenTwice):
+            problem = _('The key "%(key)s" is given twice in one object.') % {"key": shown_text(mask_text(item.key))}
+        elif isinstance(item, Mapping):
+            members: list[tuple[Any, _Where]] = []
+            for key, member in item.items():
+                members += [(key, (where, key)), (member, (where, key))]  # a key's problem is placed as its value's
+            pending.extend(reversed(members))
+        elif isinstance(item, list):
+            pending.extend((element, (where, index)) for index, element in reversed(list(enumerate(item))))
+        if problem:
+            return UnstorableJSON(_path_text(where), problem)
+    return None
 
 
 def json_parse_bounded(raw: bytes, *, max_depth: int, max_values: int | None = None) -> Any:
@@ -183,11 +255,10 @@ def json_parse_bounded(raw: bytes, *, max_depth: int, max_values: int | None = N
             parse_float=_finite_float,
             parse_int=_bounded_int,
         )
-        _refuse_unstorable_text(value)
-    except _Refused as exc:
-        raise ParseError(str(exc)) from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise ParseError(_("The body is not valid JSON: %(error)s") % {"error": json_error_text(exc)}) from None
+    if unstorable := _first_unstorable(value):
+        raise unstorable
     return value
 
 
@@ -235,3 +306,7 @@ class BoundedJSONParser(BaseParser):
             return json_parse_bounded(raw, max_depth=int(api_setting("PLATFORM_API_MAX_JSON_DEPTH")))
         except TooManyJSONValues as exc:
             raise ApplicationError(str(exc.detail), code="too_many_json_values", status=400) from None
+        except UnstorableJSON as exc:
+            # Placed in ``fields`` as well, as a serializer places what it refuses: a client can point at it.
+            fields = {exc.path: [exc.problem]} if exc.path else None
+            raise ApplicationError(str(exc.detail), code="invalid_json", status=400, fields=fields) from None
