@@ -281,7 +281,13 @@ def cancelled_pass_failures(*, run_id: Any) -> int:
     if last is None or not isinstance(last[1], dict) or last[1].get("status") != Run.Status.RUNNING:
         return 0
     calls = RunEvent.objects.filter(run_id=run_id, seq__gt=last[0], kind__in=_CALL_EVENTS)
-    results = [data for data in calls.values_list("data", flat=True) if isinstance(data, dict)]
+    return _failed_calls(calls.values_list("kind", "data"))
+
+
+def _failed_calls(events: Iterable[tuple[str, Any]]) -> int:
+    """How many of ``events`` are calls that count as failed (``counts_as_failed``), a write that waits for a person
+    excepted: the one rule of the count at a cancelled run's end and of the calls appended after it."""
+    results = [data for kind, data in events if kind in _CALL_EVENTS and isinstance(data, dict)]
     return sum(1 for data in results if counts_as_failed(data) and data.get("error") != "approval:pending")
 
 
@@ -355,7 +361,8 @@ class RunEventWriter:
 
         Written once: a worker paused past its lease, whose run a cancel found unheld and ended, stops later and
         ends it too; it settles what it spent since, and appends no second end (the run's row is locked first, so
-        two recording it at once take turns)."""
+        two recording it at once take turns). The failed calls it appended after the end were counted as they were
+        appended (``emit_many``), so a second end, or a third (a worker's fault path ends it again), counts none."""
         with transaction.atomic():
             Run.objects.select_for_update().filter(pk=self.run_id).values_list("pk", flat=True).first()
             budget_settle(run_id=self.run_id)
@@ -374,8 +381,27 @@ class RunEventWriter:
         """``emit`` for several events in a row, as one insert: all of them, numbered in order, or (after a
         collision) numbered again after what the other writer wrote."""
         kept = self._appendable(events)
-        if kept:
-            self._write([(kind, self._masked(data)) for kind, data in kept])
+        if not kept:
+            return
+        masked = [(kind, self._masked(data)) for kind, data in kept]
+        failed = _failed_calls(kept) if self.appends_while is not None else 0
+        if not failed:
+            self._write(masked)
+            return
+        self._write_counting_late(masked, failed=failed)
+
+    def _write_counting_late(self, masked: list[tuple[str, Any]], *, failed: int) -> None:
+        """Write a worker's events holding ``failed`` failed calls, counting them into the run's ``tool_failures``
+        where they land after its end: the run was cancelled while this worker held it and its end was recorded
+        without it (a cancel or the reconciler found it unheld: its process was paused past its lease), counting
+        the failed calls appended before. Each call is counted once, by whichever comes second: the end counts the
+        calls before it, the writer those after it. The run's row is locked first (the end locks it too), so the
+        two never miss each other; only a failed call pays for it."""
+        with transaction.atomic():
+            run_row_lock(self.run_id)
+            self._write(masked)
+            if cancellation_recorded(run_id=self.run_id):
+                Run.objects.filter(pk=self.run_id).update(tool_failures=F("tool_failures") + failed)
 
     def _masked(self, data: dict[str, Any]) -> Any:
         """``data`` masked with the run's secrets, except its ``usage`` where that holds only numbers: token counts
