@@ -35,8 +35,9 @@ from django.utils.translation import pgettext
 
 from agent_platform.json import bounded_json_overrides
 from audit.change_guard import config_write_lock
-from audit.changes import CONFIG_ACTION_PREFIX
+from audit.changes import CONFIG_ACTION_PREFIX, configured_secrets
 from audit.labels import action_label, permission_label, via_label
+from audit.masking import mask_known
 from audit.models import AuditEvent
 
 ADMIN_VIA = "admin"
@@ -126,14 +127,20 @@ def history_page(
     opts = obj._meta
     audit_admin = model_admin.admin_site._registry.get(AuditEvent)
     may_view_events = audit_admin is not None and audit_admin.has_view_permission(request)
+    entries = list(events(obj)) if events is not None else []
+    # Read once for the page, not per row; none read for a page of no rows.
+    secrets = configured_secrets() if entries else []
     rows = [
         {
             "event": entry.event,
-            "action": _change_text(entry),
-            "fields": ", ".join(
-                _field_label(entry.opts, str(name))
-                for name in (entry.event.args or {})
-                if not str(name).startswith("_")
+            "action": _shown(_change_text(entry), secrets),
+            "fields": _shown(
+                ", ".join(
+                    _field_label(entry.opts, str(name))
+                    for name in (entry.event.args or {})
+                    if not str(name).startswith("_")
+                ),
+                secrets,
             ),
             # The path in words, as the event's page names its source ("admin"); the record keeps its code.
             "via": via_label(str(entry.event.result.get("via", ""))) if isinstance(entry.event.result, dict) else "",
@@ -143,7 +150,7 @@ def history_page(
             if may_view_events
             else None,
         }
-        for entry in (events(obj) if events is not None else [])
+        for entry in entries
     ]
     context = {
         **model_admin.admin_site.each_context(request),
@@ -160,6 +167,13 @@ def history_page(
     }
     request.current_app = model_admin.admin_site.name
     return TemplateResponse(request, "admin/audit/object_history.html", context)
+
+
+def _shown(text: str, secrets: list[str]) -> str:
+    """A row's text as recorded, masked again with the secrets bound now (``mask_known``): the record was masked
+    with those known when it was written, and a value bound as a secret after (a token an eval case's question
+    quoted, then given to a server) is in none of them; the row's name is the changed row's ``str`` then."""
+    return str(mask_known(text, secrets=secrets))
 
 
 def _change_text(entry: HistoryEntry) -> str:
