@@ -61,11 +61,12 @@ class BoundedListField(serializers.ListField):
 
 
 class AsciiIntegerField(serializers.IntegerField):
-    """DRF's IntegerField, written in ASCII: DRF (Python's ``int``) reads full-width and other Unicode digits
-    (``?page_size=５``) as a number, which the other numbers of the query (``wait``, ``after``) refuse."""
+    """DRF's IntegerField, written in ASCII digits: DRF (Python's ``int``) reads full-width and other Unicode digits
+    (``?page_size=５``) and digits grouped by underscores (``?page_size=1_0`` as 10) as a number, which the other
+    numbers of the query (``wait``, ``after``) refuse."""
 
     def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, str) and not data.isascii():
+        if isinstance(data, str) and (not data.isascii() or "_" in data):
             self.fail("invalid")
         return super().to_internal_value(data)  # type: ignore[no-any-return]
 

@@ -244,3 +244,17 @@ def test_page_size_in_non_ascii_digits_is_refused_as_any_other_non_number(
         refused = auditor.get(f"{AUDIT}/events", {name: digits})
         assert refused.status_code == 400, refused.content
         assert refused.json()["error"]["fields"] == {name: ["A valid integer is required."]}
+
+
+@pytest.mark.parametrize("digits", ["1_0", "1_000"])
+def test_page_size_grouped_by_underscores_is_refused_as_wait_refuses_it(
+    api_caller: ApiCaller, auditor: Client, digits: str
+) -> None:
+    """Python's ``int`` reads ``1_0`` as 10: the page size was 10, where ``?wait=1_0`` is refused."""
+    client = bearer(api_caller)
+    response = client.get(RUNS, {"page_size": digits})
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["fields"] == {"page_size": ["A valid integer is required."]}
+    refused = auditor.get(f"{AUDIT}/events", {"limit": digits})
+    assert refused.status_code == 400, refused.content
+    assert refused.json()["error"]["fields"] == {"limit": ["A valid integer is required."]}
