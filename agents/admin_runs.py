@@ -55,13 +55,13 @@ from agents.api.events import RunEventFeed, stream_async, stream_sync
 from agents.api.throttling import StreamSlot
 from agents.approvals import REASON_MAX_CHARS, approval_decide, approvals_waiting, asked_by_the_model
 from agents.budgets import usd_text
+from agents.config_cache import shown_secrets
 from agents.decision_reasons import approval_reason_text, reason_text
 from agents.error_texts import _KNOWN_MESSAGES, error_message_text  # noqa: F401 (read here by others)
 from agents.models import Agent, Approval, Run, ShadowComparison
 from agents.selectors import run_seen_finished
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
-from audit.changes import configured_secrets
 from audit.labels import actor_in_words, breakable, reason_label, when_cell
 from audit.masking import mask_known
 from audit.models import AuditEvent
@@ -1150,10 +1150,10 @@ def run_timeline(run: Run, *, secrets: Iterable[str] | None = None) -> list[Time
     runs, where it ran in several passes or ended without its steps stored (``_trace_entries``); never fails on
     an odd stored shape.
 
-    Every step is shown masked again with ``secrets`` (default: those bound now, ``configured_secrets``): what the
+    Every step is shown masked again with ``secrets`` (default: those bound now, ``shown_secrets``): what the
     steps quote (the trace, the events, the audit events, the approvals) was masked when it was recorded, with
     the secrets known then."""
-    known = list(configured_secrets() if secrets is None else secrets)
+    known = list(shown_secrets() if secrets is None else secrets)
     return [_step_shown(step, known) for step in _steps(run, known)]
 
 
@@ -1349,13 +1349,14 @@ def _approval_shown(approval: Approval) -> Approval:
 
 
 def secrets_shown(request: HttpRequest) -> list[str]:
-    """The secrets the configuration binds now (``audit.changes.configured_secrets``), read once per request: what
+    """The secrets the configuration binds now (``agents.config_cache.shown_secrets``: held by the process while
+    the configuration's generation holds, not decrypted again per page), read once per request: what
     these pages mask a run's recorded texts with again as they show them. A run's records (its question, trace,
     events, answer; its audit events and approvals) were masked with the secrets known when they were written, and
     a value bound as a secret after (a token a user typed into a query, then gave a server) is in none of them."""
     secrets: list[str] | None = getattr(request, "_secrets_shown", None)
     if secrets is None:
-        secrets = configured_secrets()
+        secrets = shown_secrets()
         request._secrets_shown = secrets  # type: ignore[attr-defined]
     return secrets
 

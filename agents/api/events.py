@@ -50,11 +50,11 @@ from agents.api.throttling import (
     stream_slot_renew,
 )
 from agents.api.views import query_params_check
+from agents.config_cache import shown_secrets
 from agents.decision_reasons import reason_text
 from agents.models import ApiKey, Run, RunEvent
 from agents.run_wakeup import RunWatch
 from agents.selectors import api_key_is_live, run_end_recorded, run_events_after, run_get, run_status
-from audit.changes import configured_secrets
 from audit.masking import mask_known
 
 RECONNECT_MS = 3000
@@ -163,7 +163,7 @@ class RunEventFeed:
                 self.on_recheck()
             self.secrets = None
         if self.secrets is None:
-            self.secrets = configured_secrets()
+            self.secrets = shown_secrets()
         status = run_status(run_id=self.run_id)
         ended = status is None or (
             status in FINISHED and (status != Run.Status.CANCELLED or run_end_recorded(run_id=self.run_id))
